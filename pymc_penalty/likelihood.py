@@ -1,0 +1,129 @@
+"""The compiled per-step function: per-datapoint log-likelihood ratios, clipped and summed.
+
+One compiled PyTensor call per step evaluates, at the proposal only, the per-datapoint
+log-likelihood vector (the current state's vector is passed in from a cache), the clipped
+sum of the ratios, the number of clipped datapoints and the log prior (transform Jacobians
+and data-free Potentials included). Returning the vector costs the same as returning its sum,
+and caching it halves the work of a naive ``logp(theta') - logp(theta)``.
+
+The outputs are exact and data-dependent: only :mod:`pymc_penalty.step` sees them, and only
+after the release's privacy cost is committed; it releases them with noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.pytensorf import compile as pm_compile
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pytensor.graph.basic import Variable
+
+__all__ = ["LikelihoodEvaluationError", "PenaltyLikelihood"]
+
+
+class LikelihoodEvaluationError(RuntimeError):
+    """The compiled likelihood failed; the original message is withheld (it may hold data)."""
+
+
+def _per_datapoint(term: pt.TensorVariable) -> pt.TensorVariable:
+    """Sum an elementwise log-likelihood term over all axes but the leading (datapoint) one."""
+    if term.ndim == 0:
+        return term[None]
+    if term.ndim == 1:
+        return term
+    return term.reshape((term.shape[0], -1)).sum(axis=1)
+
+
+class PenaltyLikelihood:
+    """Compiled evaluation of the clipped log-likelihood difference and the log prior.
+
+    Parameters
+    ----------
+    model : pm.Model
+    value_vars : sequence of Variable
+        Value variables of the raveled parameter vector, in order.
+    point : dict
+        A point giving the shapes of ``value_vars``.
+    compile_kwargs : dict, optional
+        Passed to :func:`pymc.pytensorf.compile` (e.g. ``mode``).
+    """
+
+    def __init__(
+        self,
+        model: pm.Model,
+        value_vars: Sequence[Variable],
+        point: dict[str, np.ndarray],
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        obs_terms = model.logp(vars=model.observed_RVs, sum=False)
+        per_point = _per_datapoint(obs_terms[0])
+        for term in obs_terms[1:]:
+            per_point = per_point + _per_datapoint(term)
+        prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
+        shared = make_shared_replacements(point, value_vars, model)
+        (ll, logprior), flat = join_nonshared_inputs(
+            point=point, outputs=[per_point, prior], inputs=value_vars, shared_inputs=shared
+        )
+        ll_current = pt.vector("ll_current", dtype=ll.dtype)
+        bound = pt.dscalar("bound")
+        ratio = pt.cast(ll - ll_current, "float64")
+        # A NaN ratio (both points impossible for a datapoint) counts as clipped at -bound.
+        ratio = pt.switch(pt.isnan(ratio), -bound, ratio)
+        clipped_sum = pt.clip(ratio, -bound, bound).sum()
+        n_clipped = (pt.abs(ratio) > bound).sum()
+        kwargs = dict(compile_kwargs or {})
+        self._fn = pm_compile(
+            [flat, ll_current, bound],
+            [ll, clipped_sum, n_clipped, pt.cast(logprior, "float64")],
+            **kwargs,
+        )
+        self._fn.trust_input = True
+        self.input_dtype = np.dtype(flat.dtype)
+        self.ll_dtype = np.dtype(ll.dtype)
+
+    def evaluate(
+        self, x: np.ndarray, ll_current: np.ndarray, bound: float
+    ) -> tuple[np.ndarray, float, int, float]:
+        """Evaluate at the raveled point ``x`` against the cached current vector.
+
+        Parameters
+        ----------
+        x : ndarray
+            Raveled parameter vector (cast to the compiled input dtype).
+        ll_current : ndarray
+            Per-datapoint log-likelihood at the current state.
+        bound : float
+            Clip bound ``B`` (``inf`` for none).
+
+        Returns
+        -------
+        ll : ndarray
+            Per-datapoint log-likelihood at ``x``.
+        clipped_sum : float
+            Sum of the ratios clipped to ``[-bound, bound]``.
+        n_clipped : int
+            Number of ratios outside ``[-bound, bound]``.
+        logprior : float
+            Log prior density at ``x`` with Jacobians and data-free Potentials.
+        """
+        try:
+            ll, clipped_sum, n_clipped, logprior = self._fn(
+                np.asarray(x, dtype=self.input_dtype), ll_current, np.asarray(bound, np.float64)
+            )
+        except Exception as exc:
+            # PyTensor's messages print input values, data constants among them.
+            raise LikelihoodEvaluationError(
+                f"Evaluating the model's log-likelihood failed ({type(exc).__name__}); the "
+                "details are withheld because they may contain data values. Reproduce the "
+                "failure outside PenaltyMetropolis (e.g. model.compile_logp()) to debug it."
+            ) from None
+        return ll, float(clipped_sum), int(n_clipped), float(logprior)
+
+    def initial(self, x: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+        """Per-datapoint log-likelihood and log prior at ``x`` (to fill the cache)."""
+        ll, _, _, logprior = self.evaluate(x, np.zeros(n, dtype=self.ll_dtype), np.inf)
+        return ll, logprior

@@ -1,0 +1,83 @@
+"""Sensitivity bounds: clipping of per-datapoint log-likelihood ratios, neighbour relations.
+
+Each datapoint's log-likelihood ratio ``r_i = log p(y_i | theta') - log p(y_i | theta)`` is
+clipped to ``[-B, B]`` before summation. The bound ``B`` is either a constant (``clip``) or
+proportional to the proposal's step length (``clip * ||theta' - theta||_2``, on the sampler's
+unconstrained space). The second keeps the noise-to-sensitivity ratio constant per step and
+makes clipping rare near the posterior, where steps are small.
+
+The L2 sensitivity of the clipped sum is ``2B`` when neighbours differ by substituting one
+datapoint and ``B`` when they differ by adding or removing one.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+__all__ = ["ClipMode", "Neighbours", "clip_bound", "l2_sensitivity"]
+
+
+class Neighbours(str, Enum):
+    """Neighbour relation of the differential privacy guarantee."""
+
+    SUBSTITUTE = "substitute"
+    ADD_REMOVE = "add_remove"
+
+    @classmethod
+    def parse(cls, value: str | Neighbours) -> Neighbours:
+        """Return the relation named by ``value``, or raise a ValueError naming the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in cls)
+            raise ValueError(f"`neighbours` must be one of {choices}; got {value!r}.") from None
+
+    @property
+    def factor(self) -> float:
+        """Sensitivity of the clipped sum in units of the clip bound ``B``."""
+        return 2.0 if self is Neighbours.SUBSTITUTE else 1.0
+
+
+class ClipMode(str, Enum):
+    """How the clip bound ``B`` depends on the proposal."""
+
+    DISTANCE = "distance"
+    CONSTANT = "constant"
+
+    @classmethod
+    def parse(cls, value: str | ClipMode) -> ClipMode:
+        """Return the mode named by ``value``, or raise a ValueError naming the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in cls)
+            raise ValueError(f"`clip_mode` must be one of {choices}; got {value!r}.") from None
+
+
+def clip_bound(clip: float | None, mode: ClipMode, step_length: float) -> float:
+    """Per-datapoint clip bound ``B`` for one proposal.
+
+    Parameters
+    ----------
+    clip : float or None
+        The clip constant; ``None`` means no clipping (``B = inf``, not private).
+    mode : ClipMode
+        ``DISTANCE``: ``B = clip * step_length``; ``CONSTANT``: ``B = clip``.
+    step_length : float
+        ``||theta' - theta||_2`` on the unconstrained space.
+
+    Returns
+    -------
+    float
+    """
+    if clip is None:
+        return math.inf
+    if mode is ClipMode.DISTANCE:
+        return clip * step_length
+    return clip
+
+
+def l2_sensitivity(bound: float, neighbours: Neighbours) -> float:
+    """L2 sensitivity ``Delta`` of the sum of ratios clipped to ``[-bound, bound]``."""
+    return neighbours.factor * bound

@@ -1,0 +1,424 @@
+"""PenaltyMetropolis: the penalty algorithm as a PyMC step method.
+
+Each step proposes one blocked random-walk move over all free continuous variables, releases
+the clipped log-likelihood difference with Gaussian noise (one release per step) and accepts
+with the penalised test of :mod:`pymc_penalty.kernel`. Prior, Jacobian and proposal terms
+carry no data and are exact.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import field
+from typing import Any, Protocol
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalProposal
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_value_vars_from_user_vars
+
+from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
+from pymc_penalty.kernel import (
+    clip_count_noise_sd,
+    penalised_log_ratio,
+    penalty_decision,
+    split_step_mu,
+)
+from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
+from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+
+__all__ = ["NotPrivateWarning", "PenaltyMetropolis"]
+
+
+class NotPrivateWarning(UserWarning):
+    """The step is configured so that its output carries no privacy guarantee."""
+
+
+class Ledger(Protocol):
+    """What the step needs from a privacy ledger."""
+
+    def try_spend(self, mu2: float) -> bool:
+        """Commit the cost ``mu2`` of one release; False (nothing committed) if over budget."""
+
+
+def _check_positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    if value is None:
+        if allow_none:
+            return
+        raise ValueError(f"`{name}` is required.")
+    try:
+        fval = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite positive number.") from None
+    if not np.isfinite(fval) or fval <= 0.0:
+        raise ValueError(f"`{name}` must be a finite positive number, in (0, inf).")
+
+
+@dataclass_state
+class PenaltyMetropolisState(StepMethodState):
+    """Sampling state of :class:`PenaltyMetropolis` (privacy noise is deliberately absent)."""
+
+    adapter: ProposalAdapter
+    tune: bool
+    _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
+
+
+class PenaltyMetropolis(ArrayStepShared):
+    """Metropolis-Hastings with differentially private moves (the penalty algorithm).
+
+    The log-likelihood difference between the proposal and the current point is computed as a
+    sum of per-datapoint ratios, each clipped to ``[-B, B]``, released with Gaussian noise of
+    standard deviation ``sigma``, and the proposal is accepted with probability
+    ``min(1, prior ratio * exp(d_hat - sigma^2 / 2))``. Because ``sigma`` is known and
+    symmetric in the two points, the chain targets the exact posterior whenever clipping is
+    inactive.
+
+    Parameters
+    ----------
+    vars : list of Variable, optional
+        Variables to sample. Must be all free variables of the model (the default): any other
+        step method would evaluate the likelihood without noise.
+    S : ndarray, optional
+        Proposal standard deviations (1-D) or covariance (2-D) on the unconstrained space.
+        Defaults to ones.
+    proposal_dist : type, optional
+        ``pm.NormalProposal`` or ``pm.MultivariateNormalProposal`` (picked from ``S``'s
+        dimension when omitted). The step always draws one blocked, symmetric move.
+    scaling : float, default 1.0
+        Initial global scale factor of the proposal.
+    tune : bool, default True
+        Adapt the proposal during tuning (from released outcomes only: no privacy cost).
+    tune_interval : int, default 100
+        Length of the first covariance-adaptation window; windows double afterwards.
+    noise_sd : float, optional
+        Fixed noise standard deviation ``sigma``. Give exactly one of ``noise_sd`` and ``mu``.
+    mu : float, optional
+        Per-step Gaussian-DP parameter: ``sigma = Delta / mu`` where ``Delta`` is the L2
+        sensitivity of this step's release. Requires a finite ``clip``.
+    clip : float or None, default 1.0
+        Clip constant. With ``clip_mode="distance"`` the bound is
+        ``B = clip * ||theta' - theta||_2``; with ``"constant"``, ``B = clip``. ``None`` means
+        no clipping: exact but unbounded sensitivity, so not private (allowed with
+        ``noise_sd`` only; a :class:`NotPrivateWarning` says so).
+    clip_mode : {"distance", "constant"}, default "distance"
+        How ``B`` depends on the proposal.
+    neighbours : {"substitute", "add_remove"}, default "substitute"
+        Neighbour relation: ``Delta = 2B`` for substitute-one, ``B`` for add/remove-one.
+    adapt : {"full", "diag", "scaling", "none"}, default "full"
+        What the proposal adapts during tuning.
+    target_accept : float, default 0.234
+        Target mean acceptance probability for the scaling adaptation.
+    clip_count_share : float, default 0.05
+        Share of each private step's ``mu^2`` spent on releasing the number of clipped
+        datapoints with Gaussian noise (reported as ``dp_clipped_fraction``). Set to 0 to
+        spend nothing on it; the statistic is then NaN.
+    reproducible_noise : bool, default False
+        Draw the privacy noise from the step's seeded generator (so ``random_seed``
+        reproduces runs) instead of a fresh OS-entropy generator. Not private.
+    ledger : object, optional
+        A privacy ledger with ``try_spend(mu2) -> bool``. Each release's cost ``mu_t^2`` is
+        committed before the data is touched; once refused, the step stops touching data
+        and returns the current point with ``dp_released=False``.
+    model : pm.Model, optional
+    rng : RandomGenerator, optional
+        Generator for proposals and uniforms (``pm.sample`` sets one per chain).
+    initial_point : dict, optional
+    compile_kwargs : dict, optional
+        Passed to PyTensor's compile (e.g. ``{"mode": "NUMBA"}``).
+    blocked : bool, default True
+        Must be True: the step updates all variables in one release.
+    """
+
+    name = "penalty_metropolis"
+    default_blocked = True
+    stats_dtypes_shapes = {
+        "accept": (np.float64, []),
+        "accepted": (bool, []),
+        "scaling": (np.float64, []),
+        "dp_noise_sd": (np.float64, []),
+        "dp_sensitivity": (np.float64, []),
+        "dp_mu": (np.float64, []),
+        "dp_clipped_fraction": (np.float64, []),
+        "dp_released": (bool, []),
+    }
+    _state_class = PenaltyMetropolisState
+
+    def __init__(
+        self,
+        vars: list | None = None,
+        *,
+        S: np.ndarray | None = None,
+        proposal_dist: type | None = None,
+        scaling: float = 1.0,
+        tune: bool = True,
+        tune_interval: int = 100,
+        noise_sd: float | None = None,
+        mu: float | None = None,
+        clip: float | None = 1.0,
+        clip_mode: str = "distance",
+        neighbours: str = "substitute",
+        adapt: str = "full",
+        target_accept: float = 0.234,
+        clip_count_share: float = 0.05,
+        reproducible_noise: bool = False,
+        ledger: Ledger | None = None,
+        model: pm.Model | None = None,
+        rng: Any = None,
+        initial_point: dict[str, np.ndarray] | None = None,
+        compile_kwargs: dict[str, Any] | None = None,
+        blocked: bool = True,
+    ) -> None:
+        model = pm.modelcontext(model)
+        if not blocked:
+            raise ValueError(
+                "`blocked` must be True: PenaltyMetropolis makes one release per step for all "
+                "its variables."
+            )
+        if (noise_sd is None) == (mu is None):
+            raise ValueError(
+                "Give exactly one of `noise_sd` (fixed noise sd) and `mu` (per-step "
+                "Gaussian-DP parameter), or use pymc_penalty.sample(epsilon=..., delta=...) to "
+                "calibrate from a budget."
+            )
+        _check_positive("noise_sd", noise_sd, allow_none=True)
+        _check_positive("mu", mu, allow_none=True)
+        _check_positive("clip", clip, allow_none=True)
+        _check_positive("scaling", scaling)
+        if mu is not None and clip is None:
+            raise ValueError("`mu` needs a finite `clip`: with clip=None the sensitivity is inf.")
+        if not 0.0 <= float(clip_count_share) < 1.0:
+            raise ValueError("`clip_count_share` must be in [0, 1).")
+        if not 0.0 < float(target_accept) < 1.0:
+            raise ValueError("`target_accept` must be in (0, 1).")
+        if int(tune_interval) < 1:
+            raise ValueError("`tune_interval` must be a positive integer.")
+        if adapt not in ADAPT_MODES:
+            raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
+        if proposal_dist not in (None, NormalProposal, MultivariateNormalProposal):
+            raise ValueError(
+                "`proposal_dist` must be pm.NormalProposal or pm.MultivariateNormalProposal: "
+                "the penalty test needs a symmetric proposal with a known density."
+            )
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        if vars is None:
+            vars = model.value_vars
+        else:
+            vars = get_value_vars_from_user_vars(vars, model)
+        self._n = validate_model(model, vars)
+        leaky = data_dependent_deterministics(model, self._n)
+        if leaky:
+            warnings.warn(
+                f"Deterministics {leaky} depend on data; pm.sample stores their exact values "
+                "in the trace. Remove them, or strip them before publishing the result.",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+
+        size = sum(initial_point[v.name].size for v in vars)
+        if S is None:
+            S = np.ones(size)
+        S = np.asarray(S, dtype=np.float64)
+        if S.ndim == 1 and S.shape != (size,) or S.ndim == 2 and S.shape != (size, size):
+            raise ValueError(
+                f"`S` must have shape ({size},) (sds) or ({size}, {size}) (covariance)."
+            )
+        if S.ndim not in (1, 2) or not np.all(np.isfinite(S)):
+            raise ValueError("`S` must be a finite 1-D or 2-D array.")
+
+        self.neighbours = Neighbours.parse(neighbours)
+        self.clip_mode = ClipMode.parse(clip_mode)
+        self.noise_sd = None if noise_sd is None else float(noise_sd)
+        self.mu = None if mu is None else float(mu)
+        self.clip = None if clip is None else float(clip)
+        self.clip_count_share = float(clip_count_share)
+        self.reproducible_noise = bool(reproducible_noise)
+        self.ledger = ledger
+        self.private = self.clip is not None and not self.reproducible_noise
+        if self.clip is None:
+            warnings.warn(
+                "PenaltyMetropolis with clip=None is exact but NOT differentially private: "
+                "the sensitivity of the log-likelihood difference is unbounded.",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+        if self.reproducible_noise:
+            warnings.warn(
+                "reproducible_noise=True draws the privacy noise from a seeded generator: "
+                "the run is reproducible and NOT differentially private.",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+
+        self.tune = bool(tune)
+        adapter = ProposalAdapter.create(
+            S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
+        )
+        self.adapter = adapter
+        self._untuned_adapter = _copy_adapter(adapter)
+        self._lik = PenaltyLikelihood(model, vars, initial_point, compile_kwargs)
+        self._cache_x: np.ndarray | None = None
+        self._cache_ll: np.ndarray | None = None
+        self._cache_logprior = 0.0
+        self._noise_gen: np.random.Generator | None = None
+        self._noise_pid: int | None = None
+        self._apply_penalty = True  # turned off only by tests of statistical power
+        super().__init__(vars, shared={}, blocked=True, rng=rng)
+
+    # --- noise ---------------------------------------------------------------------------
+
+    def _noise(self) -> np.random.Generator:
+        """Generator for privacy noise: OS entropy per process unless reproducible."""
+        if self.reproducible_noise:
+            return self.rng
+        pid = os.getpid()
+        if self._noise_gen is None or self._noise_pid != pid:
+            # A forked or unpickled copy must never replay its parent's noise stream.
+            self._noise_gen = np.random.default_rng()
+            self._noise_pid = pid
+        return self._noise_gen
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_noise_gen"] = None
+        state["_noise_pid"] = None
+        return state
+
+    # --- tuning --------------------------------------------------------------------------
+
+    def reset_tuning(self) -> None:
+        """Restore the proposal to its untuned state (called by PyMC with cores=1)."""
+        self.adapter = _copy_adapter(self._untuned_adapter)
+
+    def stop_tuning(self) -> None:
+        """Freeze the proposal; from here the chain is time-homogeneous."""
+        self.tune = False
+
+    # --- the step ------------------------------------------------------------------------
+
+    def _refresh_cache(self, x: np.ndarray) -> None:
+        self._cache_ll, self._cache_logprior = self._lik.initial(x, self._n)
+        self._cache_x = x.copy()
+
+    def _sensitivity_and_noise(self, step_length: float) -> tuple[float, float, float, float]:
+        """Return (Delta, sigma of the likelihood release, count noise sd, per-step mu)."""
+        bound = clip_bound(self.clip, self.clip_mode, step_length)
+        delta = l2_sensitivity(bound, self.neighbours)
+        share = self.clip_count_share
+        if self.mu is not None:
+            mu_ll, mu_count = split_step_mu(self.mu, share)
+            sigma = delta / mu_ll
+            count_sd = 1.0 / mu_count if mu_count > 0 else np.inf
+            return delta, sigma, count_sd, self.mu
+        sigma = self.noise_sd
+        if not np.isfinite(delta):
+            return delta, sigma, np.inf, np.inf
+        mu_ll = delta / sigma
+        count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else np.inf
+        return delta, sigma, count_sd, float(mu_ll / np.sqrt(1.0 - share))
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One penalised Metropolis step in the raveled parameter space."""
+        x0 = q0.data
+        if self._cache_x is None or not np.array_equal(x0, self._cache_x):
+            self._refresh_cache(x0)
+        adapter = self.adapter
+        x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        step_length = float(np.linalg.norm(np.asarray(x1, dtype=np.float64) - x0))
+        delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(step_length)
+        bound = clip_bound(self.clip, self.clip_mode, step_length)
+        stats = {
+            "scaling": adapter.scaling,
+            "dp_noise_sd": sigma,
+            "dp_sensitivity": delta,
+            "dp_mu": step_mu,
+        }
+
+        if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
+            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
+            stats.update(dp_released=False, dp_mu=0.0)
+            return q0, [stats]
+
+        # The budget for this release is committed: the data may be touched now.
+        ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
+        noise = self._noise()
+        d_hat = clipped_sum + sigma * noise.standard_normal()
+        n = ll1.shape[0]
+        if not self.private:
+            clipped_fraction = n_clipped / n
+        elif np.isfinite(count_sd):
+            clipped_fraction = (n_clipped + count_sd * noise.standard_normal()) / n
+        else:
+            clipped_fraction = np.nan
+        del n_clipped, clipped_sum  # exact values: never to leave this function
+
+        log_ratio = penalised_log_ratio(
+            d_hat, sigma**2, logprior1 - self._cache_logprior, penalty=self._apply_penalty
+        )
+        decision = penalty_decision(log_ratio, float(np.log(self.rng.uniform())))
+        if decision.accepted:
+            self._cache_x = x1.copy()
+            self._cache_ll = ll1
+            self._cache_logprior = logprior1
+            x_new = x1
+        else:
+            x_new = x0
+        if self.tune:
+            adapter.update(x_new, decision.accept_prob, decision.accepted)
+        stats.update(
+            accept=decision.accept_prob,
+            accepted=decision.accepted,
+            dp_clipped_fraction=float(clipped_fraction),
+            dp_released=True,
+        )
+        return RaveledVars(x_new, q0.point_map_info), [stats]
+
+    # --- PyMC integration ----------------------------------------------------------------
+
+    @staticmethod
+    def competence(var: Any, has_grad: bool) -> Competence:
+        """Never chosen automatically: privacy must be asked for explicitly."""
+        return Competence.INCOMPATIBLE
+
+    @staticmethod
+    def _progressbar_config(n_chains: int = 1) -> tuple[list, dict[str, list]]:
+        from rich.progress import TextColumn
+        from rich.table import Column
+
+        columns = [
+            TextColumn("{task.fields[scaling]:0.3g}", table_column=Column("Scaling", ratio=1)),
+            TextColumn(
+                "{task.fields[accept_rate]:0.2f}", table_column=Column("Accept Rate", ratio=1)
+            ),
+            TextColumn("{task.fields[noise_sd]:0.3g}", table_column=Column("Noise sd", ratio=1)),
+        ]
+        stats = {
+            "scaling": [0.0] * n_chains,
+            "accept_rate": [0.0] * n_chains,
+            "noise_sd": [0.0] * n_chains,
+        }
+        return columns, stats
+
+    @staticmethod
+    def _make_progressbar_update_functions() -> tuple:
+        def update_stats(step_stats: dict[str, Any]) -> dict[str, float]:
+            return {
+                "scaling": step_stats["scaling"],
+                "accept_rate": step_stats["accept"],
+                "noise_sd": step_stats["dp_noise_sd"],
+            }
+
+        return (update_stats,)
+
+
+def _copy_adapter(adapter: ProposalAdapter) -> ProposalAdapter:
+    from copy import deepcopy
+
+    return deepcopy(adapter)
