@@ -166,8 +166,8 @@ def validate_model(model: pm.Model, value_vars: Sequence[Variable]) -> int:
                 f"Potential {pot.name!r} depends on data; its value would enter the "
                 "acceptance test without noise. Express it as an observed likelihood term."
             )
-    prior_terms = model.logp(vars=model.free_RVs, sum=False)
-    if depends_on_data(prior_terms, sources, n):
+    # The generative graph, not the logp graph: PyMC's logp rewrites constant-fold data.
+    if depends_on_data(model.free_RVs, sources, n):
         raise ModelNotPrivateError(
             "A prior (the distribution of a free variable) depends on data; its value would "
             "enter the acceptance test without noise. Use data-independent priors."

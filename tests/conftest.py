@@ -1,0 +1,60 @@
+"""Shared fixtures and statistical checks for the test suite."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_penalty import NotPrivateWarning
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    warnings.filterwarnings("ignore", category=NotPrivateWarning)
+
+
+def _mcse(draws: np.ndarray) -> float:
+    """Monte Carlo standard error of the mean of (chain, draw) samples."""
+    return float(np.asarray(az.mcse(np.asarray(draws, dtype=np.float64), method="mean")).item())
+
+
+def thinned(draws: np.ndarray) -> np.ndarray:
+    """Thin (chain, draw) samples to near-independence using the bulk ESS.
+
+    Keeps every k-th draw of each chain with k = ceil(2 * total / ESS), so the retained
+    draws are (very nearly) independent and a KS test is valid.
+    """
+    ess = float(az.ess(np.asarray(draws)))
+    total = draws.size
+    k = max(1, int(np.ceil(2.0 * total / max(ess, 1.0))))
+    return np.asarray(draws)[:, ::k].ravel()
+
+
+def posterior_check(
+    draws: np.ndarray, cdf, true_mean: float, *, ks_alpha: float = 1e-3, n_mcse: float = 4.0
+) -> tuple[bool, str]:
+    """KS test on thinned draws against ``cdf`` and ``|mean - truth| < n_mcse * MCSE``.
+
+    Parameters
+    ----------
+    draws : ndarray, shape (chains, draws)
+    cdf : callable
+        Exact posterior CDF.
+    true_mean : float
+        Exact posterior mean.
+
+    Returns
+    -------
+    (bool, str)
+        Whether both checks pass, and a description with the figures.
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    mcse = _mcse(draws)
+    err = abs(float(draws.mean()) - true_mean)
+    sample = thinned(draws)
+    p = float(stats.kstest(sample, cdf).pvalue)
+    ok = p > ks_alpha and err < n_mcse * mcse
+    return ok, f"KS p={p:.3g} on {sample.size} thinned draws; |mean err|={err:.3g}, MCSE={mcse:.3g}"
