@@ -97,7 +97,12 @@ def test_logistic_regression_matches_long_nuts():
         beta = pm.Normal("beta", 0.0, 2.0, shape=d)
         pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
         ref = pm.sample(
-            draws=3000, tune=1000, chains=4, cores=1, random_seed=3, progressbar=False,
+            draws=3000,
+            tune=1000,
+            chains=4,
+            cores=1,
+            random_seed=3,
+            progressbar=False,
             compute_convergence_checks=False,
         )
     idata = run_penalty(model, noise_sd=1.0, seed=4)

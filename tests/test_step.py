@@ -30,8 +30,14 @@ def test_stats_are_the_declared_ones_and_never_exact(normal_model):
         idata = pm.sample(draws=50, tune=50, chains=1, step=step, random_seed=1, **QUIET)
     names = set(idata.sample_stats.data_vars)
     assert names == {
-        "accept", "accepted", "scaling", "dp_noise_sd", "dp_sensitivity", "dp_mu",
-        "dp_clipped_fraction", "dp_released",
+        "accept",
+        "accepted",
+        "scaling",
+        "dp_noise_sd",
+        "dp_sensitivity",
+        "dp_mu",
+        "dp_clipped_fraction",
+        "dp_released",
     }
     assert "lp" not in names and "model_logp" not in names
     st = idata.sample_stats
@@ -72,9 +78,7 @@ def test_noise_does_not_follow_random_seed_unless_reproducible(normal_model):
     def draws(seed, reproducible):
         with normal_model:
             step = PenaltyMetropolis(noise_sd=3.0, clip=None, reproducible_noise=reproducible)
-            idata = pm.sample(
-                draws=30, tune=0, chains=1, step=step, random_seed=seed, **QUIET
-            )
+            idata = pm.sample(draws=30, tune=0, chains=1, step=step, random_seed=seed, **QUIET)
         # "accept" is a continuous function of the noisy release: it reveals the noise.
         return idata.sample_stats["accept"].values
 

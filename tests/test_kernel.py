@@ -1,0 +1,111 @@
+"""Pure NumPy pieces: the penalty test, sensitivity bounds, the adaptive proposal."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_penalty.adaptation import ProposalAdapter
+from pymc_penalty.kernel import (
+    clip_count_noise_sd,
+    penalised_log_ratio,
+    penalty_decision,
+    split_step_mu,
+)
+from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+
+
+def test_penalty_subtracts_half_the_noise_variance():
+    assert penalised_log_ratio(1.0, 4.0, 0.5) == pytest.approx(1.0 + 0.5 - 2.0)
+    assert penalised_log_ratio(1.0, 4.0, 0.5, penalty=False) == pytest.approx(1.5)
+    assert penalised_log_ratio(np.nan, 1.0, 0.0) == -np.inf
+
+
+def test_penalty_acceptance_satisfies_detailed_balance_in_expectation():
+    """E[min(1, exp(r + sigma Z - sigma^2/2))] * 1 == E[min(1, exp(-r + ...))] * e^r.
+
+    This identity is why the penalty chain is exact; check it by Monte Carlo with a tolerance
+    of 5 standard errors.
+    """
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(400_000)
+    for r, sigma in [(0.3, 1.0), (-1.2, 2.0), (2.0, 0.5)]:
+        fwd = np.minimum(1.0, np.exp(r + sigma * z - sigma**2 / 2))
+        bwd = np.minimum(1.0, np.exp(-r + sigma * z - sigma**2 / 2)) * math.exp(r)
+        diff = fwd - bwd
+        assert abs(diff.mean()) < 5 * diff.std() / math.sqrt(z.size)
+        # Without the penalty the identity fails by far more than the MC error.
+        fwd0 = np.minimum(1.0, np.exp(r + sigma * z))
+        bwd0 = np.minimum(1.0, np.exp(-r + sigma * z)) * math.exp(r)
+        diff0 = fwd0 - bwd0
+        assert abs(diff0.mean()) > 20 * diff0.std() / math.sqrt(z.size)
+
+
+def test_penalty_decision():
+    d = penalty_decision(-1.0, math.log(0.3))
+    assert d.accepted and d.accept_prob == pytest.approx(math.exp(-1.0))
+    d = penalty_decision(-1.0, math.log(0.5))
+    assert not d.accepted
+    assert penalty_decision(3.0, -1e-12).accept_prob == 1.0
+
+
+def test_step_mu_split_and_count_noise_compose_to_the_step_mu():
+    mu_ll, mu_count = split_step_mu(0.2, 0.05)
+    assert math.hypot(mu_ll, mu_count) == pytest.approx(0.2)
+    sd = clip_count_noise_sd(mu_ll, 0.05)
+    assert math.hypot(mu_ll, 1 / sd) == pytest.approx(0.2)
+    assert clip_count_noise_sd(0.0, 0.05) == math.inf
+
+
+def test_sensitivity():
+    assert clip_bound(2.0, ClipMode.DISTANCE, 0.5) == 1.0
+    assert clip_bound(2.0, ClipMode.CONSTANT, 0.5) == 2.0
+    assert clip_bound(None, ClipMode.CONSTANT, 0.5) == math.inf
+    assert l2_sensitivity(1.5, Neighbours.SUBSTITUTE) == 3.0
+    assert l2_sensitivity(1.5, Neighbours.ADD_REMOVE) == 1.5
+    with pytest.raises(ValueError, match="`neighbours`"):
+        Neighbours.parse("replace")
+
+
+def test_proposal_is_symmetric_gaussian_with_the_given_covariance():
+    cov = np.array([[2.0, 0.6], [0.6, 0.5]])
+    ad = ProposalAdapter.create(cov, 1.5, "full", 0.234, 100)
+    rng = np.random.default_rng(1)
+    steps = np.array([ad.propose(rng, np.zeros(2)) for _ in range(20000)])
+    emp = np.cov(steps.T)
+    se = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / steps.shape[0]) * 1.5**2
+    assert np.all(np.abs(emp - 1.5**2 * cov) < 5 * se)
+    assert stats.kstest(steps[:, 0] / (1.5 * np.sqrt(2.0)), "norm").pvalue > 1e-3
+
+
+def test_scaling_moves_toward_target_acceptance():
+    ad = ProposalAdapter.create(np.ones(3), 1.0, "scaling", 0.25, 100)
+    for _ in range(50):
+        ad.update(np.zeros(3), 0.0, False)
+    assert ad.scaling < 0.1
+    low = ad.log_scaling
+    for _ in range(50):
+        ad.update(np.zeros(3), 1.0, True)
+    assert ad.log_scaling > low
+
+
+def test_covariance_window_learns_the_shape():
+    rng = np.random.default_rng(2)
+    scales = np.array([1e-3, 1.0, 30.0])
+    ad = ProposalAdapter.create(np.ones(3), 1.0, "full", 0.234, 500)
+    for _ in range(500):
+        ad.update(rng.normal(size=3) * scales, 0.234, True)
+    learned_sd = np.sqrt(np.diag(ad.chol @ ad.chol.T)) / (2.38 / np.sqrt(3))
+    np.testing.assert_allclose(learned_sd, scales, rtol=0.15)
+    assert ad.window == 1000 and ad.log_scaling == 0.0
+
+
+def test_window_without_moves_keeps_the_old_proposal():
+    ad = ProposalAdapter.create(np.ones(2), 1.0, "full", 0.234, 20)
+    chol = ad.chol.copy()
+    for _ in range(20):
+        ad.update(np.zeros(2), 0.0, False)
+    np.testing.assert_array_equal(ad.chol, chol)
