@@ -1,12 +1,33 @@
 """pymc-penalty: differentially private Bayesian inference for PyMC (the penalty algorithm)."""
 
 from pymc_penalty._version import __version__
+from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
+from pymc_penalty.api import PrivateSamplingError, sample
+from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
+from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
+from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
+from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis
 
 __all__ = [
+    "BudgetExhausted",
+    "FrozenChainWarning",
     "ModelNotPrivateError",
     "NotPrivateWarning",
     "PenaltyMetropolis",
+    "PrivacyAccountingError",
+    "PrivacyBudget",
+    "PrivacyCallback",
+    "PrivacyLedger",
+    "PrivateSamplingError",
+    "RunPlan",
     "__version__",
+    "attach_report",
+    "build_report",
+    "calibrate",
+    "expected_acceptance",
+    "gdp_epsilon",
+    "gdp_mu",
+    "sample",
 ]

@@ -52,7 +52,10 @@ def load_screening() -> Screening:
     text = files("pymc_penalty.data").joinpath("screening.csv").read_text()
     table = np.loadtxt(text.splitlines(), delimiter=",", skiprows=1)
     age, bmi, smoker, sbp, outcome = table.T
-    scaled = [(col - c) / s for col, (c, s) in zip((age, bmi, sbp), SCREENING_SCALING.values())]
+    scaled = [
+        (col - c) / s
+        for col, (c, s) in zip((age, bmi, sbp), SCREENING_SCALING.values(), strict=True)
+    ]
     X = np.column_stack([np.ones_like(age), scaled[0], scaled[1], smoker, scaled[2]])
     columns = ("intercept", "age", "bmi", "smoker", "sbp")
     return Screening(X, outcome.astype(np.int64), columns, dict(SCREENING_TRUTH))

@@ -1,0 +1,835 @@
+"""A privacy ledger shared by every process of a sampling run.
+
+Each release of the penalty algorithm is a Gaussian mechanism with privacy cost
+``mu_t**2 = (Delta_t / sigma_t)**2``. Adaptive composition of Gaussian mechanisms is exactly
+``mu``-GDP with ``mu = sqrt(sum_t mu_t**2)``, so a run respects a budget ``mu`` as long as the
+sum of the committed ``mu_t**2`` never exceeds ``mu**2`` (a GDP privacy filter).
+:class:`PrivacyLedger` keeps that sum in a small file so that all chains count against one
+budget, whether PyMC runs them sequentially in one process or in worker processes started by
+``fork``, ``forkserver`` or ``spawn``.
+
+Guarantees
+----------
+- :meth:`PrivacyLedger.try_spend` commits the cost of a release *before* the caller touches
+  the data, and refuses (committing nothing) when the total would exceed the budget.
+- Accounting is exact integer arithmetic in units of ``2**-62`` of the budget's binade: the
+  budget is ``floor(budget_mu**2 / unit)`` units and each release costs ``ceil(mu2 / unit)``
+  units. Rounding is therefore confined to one unit per release (relative size below
+  ``2**-60`` of the budget, and zero for any ``mu2`` of at least ``2**-8 * budget_mu**2``) and can
+  only refuse a release, never grant one whose exact cost does not fit.
+- The file is updated under an exclusive ``flock`` and is crash-safe: it holds two checksummed
+  copies of the state and each update overwrites the older one, so a process killed at any
+  instant (SIGKILL included) leaves a readable file. A grant is handed out only after the
+  reservation that covers it is in the file, so the file never shows less than was granted.
+- To keep the cost per release small, each process reserves a chunk of the budget
+  (``reserve_fraction`` of what is uncommitted, never less than the release at hand, so near
+  the end exactly what is needed) and serves releases from it in memory. Reserved but unused
+  budget counts as spent until it is returned with :meth:`PrivacyLedger.release_unused`, which
+  also runs at process exit (in ``multiprocessing`` workers too) and when the ledger is garbage
+  collected. A process that is killed keeps its reservation counted as spent: conservative.
+- A child created by ``fork`` does not inherit the parent's chunk: the ledger notices the new
+  process id and starts from an empty chunk, leaving the parent's reservation to the parent.
+  Pickling carries only the file's path and the settings.
+
+File format
+-----------
+A binary file of ``4096 + 104`` bytes with two state slots at offsets 0 and 4096, each in the
+little-endian ``struct`` layout ``<8sQdqQQQQQQddI``: magic ``b"PMCPLDG1"``, sequence number,
+``budget_mu``, unit exponent ``shift`` (one unit is ``2**-shift``), budget, committed and
+granted units, releases, reservations, returns, creation and update times (Unix), and the
+CRC-32 of the preceding bytes. The valid slot with the higher sequence number is the state;
+an update writes the other slot. Read it with :meth:`PrivacyLedger.open` and
+:meth:`PrivacyLedger.snapshot`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import functools
+import math
+import multiprocessing.util
+import os
+import secrets
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import weakref
+import zlib
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["DEFAULT_RESERVE_FRACTION", "PrivacyLedger"]
+
+DEFAULT_RESERVE_FRACTION = 0.05
+"""Default share of the uncommitted budget that one process reserves at a time."""
+
+_MAX_BUDGET_MU = 1e150
+_UNIT_BITS = 62
+_INF = math.inf
+_ldexp = math.ldexp
+_ceil = math.ceil
+
+_MAGIC = b"PMCPLDG1"
+_BODY = struct.Struct("<8sQdqQQQQQQdd")
+_CRC = struct.Struct("<I")
+_SLOT_SIZE = _BODY.size + _CRC.size
+_SLOT_OFFSETS = (0, 4096)
+_FILE_SIZE = _SLOT_OFFSETS[1] + _SLOT_SIZE
+_TEMP_FILE_NAME = "ledger.bin"
+
+
+# --------------------------------------------------------------------------------------------
+# Units: exact integer accounting.
+# --------------------------------------------------------------------------------------------
+
+
+def _unit_shift(budget_mu: float) -> int:
+    """Exponent ``shift`` such that ``budget_mu**2 < 2**(62 - shift)``; one unit is 2**-shift."""
+    _, exponent = math.frexp(budget_mu)  # budget_mu < 2**exponent
+    return _UNIT_BITS - 2 * exponent
+
+
+@functools.lru_cache(maxsize=64)
+def _budget_units(budget_mu: float, shift: int) -> int:
+    """``floor(budget_mu**2 * 2**shift)``, exactly."""
+    return math.floor(Fraction(budget_mu) ** 2 * Fraction(2) ** shift)
+
+
+def _units_to_float(units: int, shift: int, *, up: bool) -> float:
+    """``units * 2**-shift`` as a float rounded up (``up``) or down."""
+    exact = Fraction(units) / Fraction(2) ** shift
+    value = float(exact)
+    if up and Fraction(value) < exact:
+        value = math.nextafter(value, _INF)
+    elif not up and Fraction(value) > exact:
+        value = math.nextafter(value, -_INF)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# On-disk state.
+# --------------------------------------------------------------------------------------------
+
+
+class _State(NamedTuple):
+    seq: int
+    budget_mu: float
+    shift: int
+    budget_units: int
+    committed: int
+    granted: int
+    releases: int
+    reservations: int
+    returns: int
+    created: float
+    updated: float
+
+
+def _pack(state: _State) -> bytes:
+    body = _BODY.pack(_MAGIC, *state)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _unpack(raw: bytes) -> _State | None:
+    """The state in one slot, or None if the slot is empty, torn or inconsistent."""
+    if len(raw) < _SLOT_SIZE:
+        return None
+    body = raw[: _BODY.size]
+    (crc,) = _CRC.unpack_from(raw, _BODY.size)
+    if body[:8] != _MAGIC or zlib.crc32(body) != crc:
+        return None
+    state = _State(*_BODY.unpack(body)[1:])
+    budget = state.budget_mu
+    if not (0.0 <= budget <= _MAX_BUDGET_MU) or state.shift != _unit_shift(budget):
+        return None
+    if state.budget_units != _budget_units(budget, state.shift):
+        return None
+    if state.granted > state.committed:
+        return None
+    return state
+
+
+def _parse(raw: bytes, path: str) -> _State:
+    slots = [_unpack(raw[off : off + _SLOT_SIZE]) for off in _SLOT_OFFSETS]
+    valid = [s for s in slots if s is not None]
+    if not valid:
+        raise ValueError(
+            f"{path!r} is not a readable pymc-penalty privacy ledger (no valid state record)."
+        )
+    if len(valid) == 2 and valid[0].budget_mu != valid[1].budget_mu:
+        raise ValueError(f"{path!r}: the two state records disagree on the budget; corrupt.")
+    return max(valid, key=lambda s: s.seq)
+
+
+def _read_fd(fd: int, path: str) -> _State:
+    return _parse(os.pread(fd, _FILE_SIZE, 0), path)
+
+
+def _write_fd(fd: int, state: _State, durable: bool) -> None:
+    data = _pack(state)
+    written = os.pwrite(fd, data, _SLOT_OFFSETS[state.seq % 2])
+    if written != len(data):  # pragma: no cover - regular files do not write short here
+        raise OSError(f"short write to the privacy ledger ({written} of {len(data)} bytes)")
+    if durable:
+        os.fdatasync(fd)
+
+
+def _fsync_dir(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _create_file(path: str, budget_mu: float, durable: bool) -> bool:
+    """Create a fresh ledger at ``path`` atomically; False if a file already exists there."""
+    now = time.time()
+    shift = _unit_shift(budget_mu)
+    state = _State(0, budget_mu, shift, _budget_units(budget_mu, shift), 0, 0, 0, 0, 0, now, now)
+    data = _pack(state).ljust(_FILE_SIZE, b"\0")
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        # link() publishes the complete file, or fails if the name is taken: no process can
+        # ever see a half-written ledger.
+        os.link(tmp, path)
+        created = True
+    except FileExistsError:
+        created = False
+    except OSError:  # pragma: no cover - file systems without hard links
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            created = False
+        else:
+            try:
+                _write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            created = True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    if created and durable:
+        _fsync_dir(os.path.dirname(path))
+    return created
+
+
+def _read_path(path: str) -> _State:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return _read_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def _normalise_path(path: str | os.PathLike[str]) -> str:
+    try:
+        text = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"`path` must be a str, an os.PathLike or None; got {path!r}.") from None
+    return os.path.abspath(text)
+
+
+def _check_budget_mu(budget_mu: Any) -> float:
+    try:
+        value = float(budget_mu)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0.0 <= value <= _MAX_BUDGET_MU:
+        raise ValueError(
+            f"`budget_mu` must be a finite number in [0, {_MAX_BUDGET_MU:g}] (the run's total "
+            f"Gaussian-DP parameter); got {budget_mu!r}."
+        )
+    return value
+
+
+def _check_reserve_fraction(reserve_fraction: Any) -> float:
+    try:
+        value = float(reserve_fraction)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"`reserve_fraction` must be a number in [0, 1] (the share of the uncommitted "
+            f"budget a process reserves at a time); got {reserve_fraction!r}."
+        )
+    return value
+
+
+def _bad_mu2(mu2: Any) -> ValueError:
+    return ValueError(
+        f"`mu2` must be a finite number in [0, inf) (one release's (sensitivity / noise sd)**2); "
+        f"got {mu2!r}."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Process-level bookkeeping: fork handling and best-effort release at exit.
+# --------------------------------------------------------------------------------------------
+
+# Serialises this process's file operations. The at-fork hook holds it across fork, so no
+# child inherits a descriptor whose flock is held (a flock belongs to the open file
+# description, which fork shares).
+_IO_LOCK = threading.Lock()
+_LEDGERS: weakref.WeakSet[PrivacyLedger] = weakref.WeakSet()
+_OWNED_TEMP_DIRS: list[tuple[int, str]] = []
+_HOOK_PID: int | None = None
+
+
+def _release_all_in_this_process() -> None:
+    pid = os.getpid()
+    for ledger in list(_LEDGERS):
+        if ledger._pid == pid:
+            with contextlib.suppress(Exception):
+                ledger.release_unused()
+
+
+def _at_exit() -> None:
+    _release_all_in_this_process()
+    pid = os.getpid()
+    for owner, directory in _OWNED_TEMP_DIRS:
+        if owner == pid:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _ensure_exit_hook() -> None:
+    """Register the release hook with ``multiprocessing`` once per process.
+
+    Workers started by ``multiprocessing`` with ``fork`` or ``forkserver`` end with
+    ``os._exit``, which skips ``atexit``; they do run ``multiprocessing.util`` finalizers.
+    """
+    global _HOOK_PID
+    pid = os.getpid()
+    if _HOOK_PID != pid:
+        _HOOK_PID = pid
+        with contextlib.suppress(Exception):
+            multiprocessing.util.Finalize(None, _release_all_in_this_process, exitpriority=100)
+
+
+def _before_fork() -> None:
+    _IO_LOCK.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _IO_LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    global _IO_LOCK
+    _IO_LOCK = threading.Lock()
+    for ledger in list(_LEDGERS):
+        ledger._drop_inherited()
+
+
+atexit.register(_at_exit)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
+# --------------------------------------------------------------------------------------------
+# The ledger.
+# --------------------------------------------------------------------------------------------
+
+
+class PrivacyLedger:
+    """Gaussian-DP budget shared by all chains and processes of a run (a privacy filter).
+
+    Parameters
+    ----------
+    budget_mu : float
+        Total Gaussian-DP parameter ``mu`` of the run, in ``[0, 1e150]``. The ledger grants
+        releases while the sum of their ``mu_t**2`` stays within ``budget_mu**2``.
+    path : str or os.PathLike, optional
+        Ledger file. With ``None`` (the default) a private file is created in a fresh temporary
+        directory, removed when the creating process exits; every process that receives the
+        ledger (forked, or unpickled after ``spawn``/``forkserver``) shares it. With a path the
+        ledger is persistent: successive analyses of one dataset that pass the same path share
+        one budget. The file is created if it does not exist; an existing file must have been
+        created with exactly the same ``budget_mu`` (a persistent budget cannot be changed), or
+        a ValueError is raised: use :meth:`open` to continue with the stored budget.
+    reserve_fraction : float, default 0.05
+        Share, in ``[0, 1]``, of the uncommitted budget that this process reserves when its
+        local chunk runs out (never less than the release at hand). Larger values touch the
+        file less often; smaller values strand less budget in other processes' chunks near the
+        end. ``0`` reserves exactly one release at a time.
+    durable : bool, optional
+        Whether to ``fdatasync`` the file after each update so that the state also survives a
+        power failure or kernel crash (a killed process needs no sync). Defaults to True for a
+        user path and False for the temporary file of ``path=None``, which does not outlive the
+        run.
+
+    Raises
+    ------
+    ValueError
+        If ``budget_mu`` or ``reserve_fraction`` is out of range, if the existing file at
+        ``path`` is not a ledger, or if it was created with a different budget.
+
+    Notes
+    -----
+    Accounting is exact in integer units of ``2**-shift`` with ``budget_mu**2 < 2**(62 -
+    shift)``; each release costs ``ceil(mu2 * 2**shift)`` units, so the exact sum of granted
+    ``mu2`` never exceeds the exact ``budget_mu**2``.
+
+    The read-side properties (:attr:`spent_mu2`, :attr:`used_mu2`, :attr:`releases`, ...) read
+    the file, so they see all processes. :attr:`used_mu2` and :attr:`releases` count another
+    process's releases once that process reserves its next chunk or returns its chunk; those of
+    a killed process remain counted in :attr:`spent_mu2` only.
+
+    Examples
+    --------
+    >>> ledger = PrivacyLedger(1.0)
+    >>> ledger.try_spend(0.25)
+    True
+    >>> ledger.try_spend(0.8)
+    False
+    >>> ledger.releases
+    1
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_budget_mu",
+        "_budget_units",
+        "_durable",
+        "_left",
+        "_lock",
+        "_mu2_cap",
+        "_path",
+        "_pid",
+        "_refused",
+        "_reserve_fraction",
+        "_shift",
+        "_unflushed",
+        "_unflushed_n",
+    )
+
+    def __init__(
+        self,
+        budget_mu: float,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+        durable: bool | None = None,
+    ) -> None:
+        budget = _check_budget_mu(budget_mu)
+        fraction = _check_reserve_fraction(reserve_fraction)
+        if path is None:
+            directory = tempfile.mkdtemp(prefix="pymc-penalty-ledger-")
+            _OWNED_TEMP_DIRS.append((os.getpid(), directory))
+            file_path = os.path.join(directory, _TEMP_FILE_NAME)
+            durable = False if durable is None else bool(durable)
+            _create_file(file_path, budget, durable)
+        else:
+            file_path = _normalise_path(path)
+            durable = True if durable is None else bool(durable)
+            if not os.path.exists(file_path):
+                _create_file(file_path, budget, durable)
+            stored = _read_path(file_path).budget_mu
+            if stored != budget:
+                raise ValueError(
+                    f"The privacy ledger {file_path!r} was created with budget_mu={stored!r}, "
+                    f"not {budget!r}; a persistent budget cannot be changed. Use "
+                    f"PrivacyLedger.open(path) to continue with the stored budget, or another "
+                    f"path for a new budget."
+                )
+        self._setup(file_path, budget, fraction, durable)
+
+    def _setup(self, path: str, budget_mu: float, reserve_fraction: float, durable: bool) -> None:
+        self._path = path
+        self._budget_mu = budget_mu
+        self._shift = _unit_shift(budget_mu)
+        self._budget_units = _budget_units(budget_mu, self._shift)
+        # Largest mu2 that can be converted to units without overflow; anything above is
+        # larger than the whole budget.
+        self._mu2_cap = _ldexp(1.0, _UNIT_BITS - self._shift)
+        self._reserve_fraction = reserve_fraction
+        self._durable = durable
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._left = 0  # units reserved by this process and not yet granted
+        self._unflushed = 0  # units granted here and not yet reported to the file
+        self._unflushed_n = 0
+        self._refused: int | None = None  # units of the last refused request
+        _LEDGERS.add(self)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+        durable: bool = True,
+    ) -> PrivacyLedger:
+        """Open an existing ledger file with its stored budget (for instance after a crash).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ledger file.
+        reserve_fraction : float, default 0.05
+            As in :class:`PrivacyLedger`; a setting of this object, not of the file.
+        durable : bool, default True
+            As in :class:`PrivacyLedger`.
+
+        Returns
+        -------
+        PrivacyLedger
+            A ledger sharing the file's budget; it can spend as well as read.
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no file at ``path``.
+        ValueError
+            If the file is not a readable ledger.
+        """
+        file_path = _normalise_path(path)
+        fraction = _check_reserve_fraction(reserve_fraction)
+        state = _read_path(file_path)
+        self = cls.__new__(cls)
+        self._setup(file_path, state.budget_mu, fraction, bool(durable))
+        return self
+
+    # ----------------------------------------------------------------------------------------
+    # Pickling and fork.
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "path": self._path,
+            "budget_mu": self._budget_mu,
+            "reserve_fraction": self._reserve_fraction,
+            "durable": self._durable,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        path, budget = state["path"], state["budget_mu"]
+        self._setup(path, budget, state["reserve_fraction"], state["durable"])
+        stored = _read_path(path).budget_mu  # fails loudly if the file is not there
+        if stored != budget:
+            raise ValueError(
+                f"The privacy ledger {path!r} holds budget_mu={stored!r}, but the pickled "
+                f"ledger expects {budget!r}."
+            )
+
+    def _drop_inherited(self) -> None:
+        """Forget a chunk inherited through fork: it belongs to the parent, which returns it."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._left = 0
+        self._unflushed = 0
+        self._unflushed_n = 0
+        self._refused = None
+
+    def __del__(self) -> None:
+        try:
+            if self._pid == os.getpid() and (self._left > 0 or self._unflushed_n > 0):
+                self._release(blocking=False)
+        except Exception:  # best effort during garbage collection or interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"PrivacyLedger(budget_mu={self._budget_mu!r}, path={self._path!r})"
+
+    # ----------------------------------------------------------------------------------------
+    # Spending.
+
+    def try_spend(self, mu2: float) -> bool:
+        """Commit the privacy cost of one release before its value is used.
+
+        Parameters
+        ----------
+        mu2 : float
+            The release's cost ``mu_t**2 = (Delta_t / sigma_t)**2``, finite and ``>= 0``.
+
+        Returns
+        -------
+        bool
+            True if the cost is committed and the release may proceed; False if it would take
+            the total above ``budget_mu**2``, in which case nothing is committed and the caller
+            must not touch the data.
+
+        Raises
+        ------
+        ValueError
+            If ``mu2`` is negative, NaN or infinite.
+        """
+        try:
+            value = float(mu2)
+        except (TypeError, ValueError):
+            raise _bad_mu2(mu2) from None
+        if not 0.0 <= value < _INF:
+            raise _bad_mu2(mu2)
+        if self._pid != os.getpid():
+            self._drop_inherited()
+        with self._lock:
+            if value > self._mu2_cap:  # more than the whole budget
+                self._refused = self._budget_units + 1
+                return False
+            units = _ceil(_ldexp(value, self._shift))
+            if units > self._left and not self._reserve(units):
+                self._refused = units
+                return False
+            self._left -= units
+            self._unflushed += units
+            self._unflushed_n += 1
+            self._refused = None
+            return True
+
+    @contextlib.contextmanager
+    def _locked_fd(self, exclusive: bool) -> Iterator[int]:
+        flags = os.O_RDWR if exclusive else os.O_RDONLY
+        try:
+            fd = os.open(self._path, flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"The privacy ledger file {self._path!r} has disappeared; refusing to continue "
+                f"(a new file would reset the budget)."
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield fd
+        finally:
+            os.close(fd)  # also releases the flock
+
+    def _read_checked(self, fd: int) -> _State:
+        state = _read_fd(fd, self._path)
+        if state.budget_mu != self._budget_mu:
+            raise ValueError(
+                f"The privacy ledger {self._path!r} now holds budget_mu={state.budget_mu!r}, "
+                f"not {self._budget_mu!r}: the file was replaced; refusing to continue."
+            )
+        return state
+
+    def _reserve(self, units: int) -> bool:
+        """Extend the local chunk to cover ``units`` (called with ``self._lock`` held)."""
+        need = units - self._left
+        with _IO_LOCK:
+            _ensure_exit_hook()
+            with self._locked_fd(exclusive=True) as fd:
+                state = self._read_checked(fd)
+                remaining = state.budget_units - state.committed
+                if need > remaining:
+                    return False
+                chunk = min(remaining, max(need, int(self._reserve_fraction * remaining)))
+                new_state = state._replace(
+                    seq=state.seq + 1,
+                    committed=state.committed + chunk,
+                    granted=state.granted + self._unflushed,
+                    releases=state.releases + self._unflushed_n,
+                    reservations=state.reservations + 1,
+                    updated=time.time(),
+                )
+                _write_fd(fd, new_state, self._durable)
+            # Only now, with the reservation in the file, does the chunk become spendable.
+            self._left += chunk
+            self._unflushed = 0
+            self._unflushed_n = 0
+        return True
+
+    def release_unused(self) -> float:
+        """Return this process's unused reservation to the shared budget.
+
+        Call it at the end of a chain or process. It also reports this process's granted
+        total and release count to the file. It runs automatically at process exit
+        (``atexit`` and ``multiprocessing`` finalizers) and when the ledger is garbage
+        collected, best effort. A forked child never returns its parent's reservation.
+
+        Returns
+        -------
+        float
+            The ``mu2`` returned, rounded down (0.0 if there was nothing to return).
+        """
+        return self._release(blocking=True)
+
+    def _release(self, *, blocking: bool) -> float:
+        if self._pid != os.getpid():
+            self._drop_inherited()
+            return 0.0
+        if not self._lock.acquire(blocking):
+            return 0.0
+        try:
+            left = self._left
+            if left == 0 and self._unflushed_n == 0:
+                return 0.0
+            # Non-blocking from __del__: the collector may run while this thread holds
+            # _IO_LOCK, and a second flock from this process would then wait for ever.
+            if not _IO_LOCK.acquire(blocking):
+                return 0.0
+            try:
+                with self._locked_fd(exclusive=True) as fd:
+                    state = self._read_checked(fd)
+                    granted = state.granted + self._unflushed
+                    new_state = state._replace(
+                        seq=state.seq + 1,
+                        committed=max(state.committed - left, granted),
+                        granted=granted,
+                        releases=state.releases + self._unflushed_n,
+                        returns=state.returns + (left > 0),
+                        updated=time.time(),
+                    )
+                    _write_fd(fd, new_state, self._durable)
+            finally:
+                _IO_LOCK.release()
+            self._left = 0
+            self._unflushed = 0
+            self._unflushed_n = 0
+            return _units_to_float(left, self._shift, up=False)
+        finally:
+            self._lock.release()
+
+    # ----------------------------------------------------------------------------------------
+    # Reading.
+
+    def _state(self) -> _State:
+        if self._pid != os.getpid():
+            self._drop_inherited()
+        with self._locked_fd(exclusive=False) as fd:
+            return self._read_checked(fd)
+
+    def _mu2(self, units: int, *, up: bool) -> float:
+        return _units_to_float(units, self._shift, up=up)
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return Path(self._path)
+
+    @property
+    def budget_mu(self) -> float:
+        """The budget's Gaussian-DP parameter ``mu``."""
+        return self._budget_mu
+
+    @property
+    def budget_mu2(self) -> float:
+        """The budget in ``mu**2``: ``budget_mu**2`` as accounted (rounded down to a unit)."""
+        return self._mu2(self._budget_units, up=False)
+
+    @property
+    def reserve_fraction(self) -> float:
+        """Share of the uncommitted budget this process reserves at a time."""
+        return self._reserve_fraction
+
+    @property
+    def durable(self) -> bool:
+        """Whether file updates are synced to stable storage."""
+        return self._durable
+
+    @property
+    def spent_mu2(self) -> float:
+        """Committed ``mu2`` of all processes, outstanding reservations included (conservative).
+
+        This is the figure that bounds the privacy loss: the run is ``sqrt(spent_mu2)``-GDP.
+        Rounded up.
+        """
+        return self._mu2(self._state().committed, up=True)
+
+    @property
+    def spent_mu(self) -> float:
+        """``sqrt(spent_mu2)``: the Gaussian-DP parameter spent so far (conservative)."""
+        return math.sqrt(self.spent_mu2)
+
+    @property
+    def used_mu2(self) -> float:
+        """``mu2`` of the releases granted (see the class notes on what it counts); rounded down."""
+        return self._mu2(self._state().granted + self._unflushed, up=False)
+
+    @property
+    def used_mu(self) -> float:
+        """``sqrt(used_mu2)``."""
+        return math.sqrt(self.used_mu2)
+
+    @property
+    def releases(self) -> int:
+        """Number of releases granted (see the class notes on what it counts)."""
+        return self._state().releases + self._unflushed_n
+
+    @property
+    def remaining_mu2(self) -> float:
+        """Uncommitted budget, ``budget_mu2 - spent_mu2``, excluding chunks held by processes."""
+        state = self._state()
+        return self._mu2(state.budget_units - state.committed, up=False)
+
+    @property
+    def local_unused_mu2(self) -> float:
+        """Unused part of this process's reservation (spendable here, counted as spent)."""
+        if self._pid != os.getpid():
+            self._drop_inherited()
+        return self._mu2(self._left, up=False)
+
+    def _exhausted(self, state: _State) -> bool:
+        available = state.budget_units - state.committed + self._left
+        refused = self._refused
+        return available <= 0 or (refused is not None and refused > available)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether this process can spend no more.
+
+        True when no budget is left to this process (uncommitted budget plus its own chunk),
+        or when the latest request refused in this process, with no grant since, still does
+        not fit.
+        """
+        return self._exhausted(self._state())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger's state as a plain dictionary (one consistent read of the file).
+
+        Returns
+        -------
+        dict
+            Keys ``path``, ``budget_mu``, ``budget_mu2``, ``spent_mu2``, ``spent_mu``,
+            ``used_mu2``, ``used_mu``, ``remaining_mu2``, ``releases``, ``outstanding_mu2``
+            (committed but not reported as granted: reservations held by live processes, and
+            those of killed ones), ``local_unused_mu2``, ``reservations``, ``returns``,
+            ``exhausted``, ``created`` and ``updated`` (Unix times), ``reserve_fraction`` and
+            ``durable``. Values are str, float, int or bool.
+        """
+        state = self._state()
+        granted = state.granted + self._unflushed
+        spent = self._mu2(state.committed, up=True)
+        used = self._mu2(granted, up=False)
+        return {
+            "path": self._path,
+            "budget_mu": self._budget_mu,
+            "budget_mu2": self._mu2(state.budget_units, up=False),
+            "spent_mu2": spent,
+            "spent_mu": math.sqrt(spent),
+            "used_mu2": used,
+            "used_mu": math.sqrt(used),
+            "remaining_mu2": self._mu2(state.budget_units - state.committed, up=False),
+            "releases": state.releases + self._unflushed_n,
+            "outstanding_mu2": self._mu2(max(state.committed - granted, 0), up=True),
+            "local_unused_mu2": self._mu2(self._left, up=False),
+            "reservations": state.reservations,
+            "returns": state.returns,
+            "exhausted": self._exhausted(state),
+            "created": state.created,
+            "updated": state.updated,
+            "reserve_fraction": self._reserve_fraction,
+            "durable": self._durable,
+        }

@@ -1,0 +1,163 @@
+"""The privacy report in ``InferenceData.attrs``, and stripping what must not be published.
+
+After sampling, :func:`attach_report` writes the report into ``idata.attrs`` (attrs survive
+netCDF), trims draws that were not released, and removes content that is an exact function of
+the data: the ``observed_data``, ``constant_data`` and ``log_likelihood`` groups and
+Deterministics that depend on data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+from pymc_penalty._version import __version__
+from pymc_penalty.model_checks import data_dependent_deterministics
+
+__all__ = ["DATA_GROUPS", "REPORT_KEYS", "attach_report", "build_report"]
+
+#: InferenceData groups that hold the data itself or exact functions of it.
+DATA_GROUPS = ("observed_data", "constant_data", "log_likelihood", "predictions_constant_data")
+#: Keys every report has.
+REPORT_KEYS = (
+    "dp_epsilon",
+    "dp_delta",
+    "dp_mu",
+    "dp_neighbours",
+    "dp_sensitivity",
+    "dp_releases",
+    "dp_accountant",
+    "dp_noise_private",
+    "pymc_penalty_version",
+)
+
+
+def build_report(
+    *,
+    step: Any,
+    budget: Any,
+    spent_mu2: float,
+    releases_by_chain: dict[int, int],
+    clipped_fraction: float,
+) -> dict[str, Any]:
+    """Assemble the privacy report of a run.
+
+    Parameters
+    ----------
+    step : PenaltyMetropolis
+        The step (its configuration: relation, sensitivity mode, noise source).
+    budget : PrivacyBudget
+    spent_mu2 : float
+        The ledger's committed ``sum mu_t^2`` (an upper bound on what was released).
+    releases_by_chain : dict
+        Releases per chain, tuning included.
+    clipped_fraction : float
+        Mean released (noisy) clipped fraction over the run.
+
+    Returns
+    -------
+    dict
+        netCDF-safe values (numbers, strings, lists of ints; flags as 0/1).
+    """
+    mu = math.sqrt(max(spent_mu2, 0.0))
+    private = bool(step.private)
+    if step.clip is None:
+        sensitivity = "unbounded (clip=None)"
+    else:
+        sensitivity = f"clip {step.clip_mode.value}: B = {step.clip:g}" + (
+            " * ||theta' - theta||_2" if step.clip_mode.value == "distance" else ""
+        )
+    chains = sorted(releases_by_chain)
+    per_chain = [int(releases_by_chain[c]) for c in chains]
+    return {
+        "dp_epsilon": float(budget.epsilon_spent(mu)) if private else math.inf,
+        "dp_delta": float(budget.delta),
+        "dp_mu": mu if private else math.inf,
+        "dp_epsilon_budget": float(budget.epsilon),
+        "dp_neighbours": step.neighbours.value,
+        "dp_sensitivity": sensitivity,
+        "dp_releases": int(sum(per_chain)),
+        "dp_releases_per_chain": per_chain,
+        "dp_accountant": "Gaussian DP (tight; Dong, Roth and Su 2022), ledger-enforced",
+        # netCDF attributes cannot be booleans: 1 means private noise, 0 not.
+        "dp_noise_private": int(private),
+        "dp_clipped_fraction": float(clipped_fraction),
+        "pymc_penalty_version": __version__,
+    }
+
+
+def _trim_unreleased(idata: az.InferenceData) -> int:
+    """Cut every group at the first draw any kept chain did not release; return draws cut."""
+    if "sample_stats" not in idata.groups() or "dp_released" not in idata.sample_stats:
+        return 0
+    released = np.asarray(idata.sample_stats["dp_released"].values, dtype=bool)
+    first_unreleased = [int(np.argmin(r)) if not r.all() else r.size for r in released]
+    keep_chains = [c for c, k in enumerate(first_unreleased) if k > 0]
+    if not keep_chains:
+        keep = 0
+    else:
+        keep = min(first_unreleased[c] for c in keep_chains)
+    total = released.shape[1]
+    if keep == total and len(keep_chains) == released.shape[0]:
+        return 0
+    for group in ("posterior", "sample_stats"):
+        ds = getattr(idata, group)
+        ds = ds.isel(chain=keep_chains, draw=slice(0, keep))
+        setattr(idata, group, ds)
+    return total - keep
+
+
+def attach_report(
+    idata: az.InferenceData,
+    report: dict[str, Any],
+    *,
+    model: pm.Model | None = None,
+    keep_data: bool = False,
+    trim: bool = True,
+) -> az.InferenceData:
+    """Attach the report to ``idata.attrs`` and remove data-bearing content (in place).
+
+    Parameters
+    ----------
+    idata : InferenceData
+        The result of ``pm.sample``.
+    report : dict
+        From :func:`build_report`.
+    model : pm.Model, optional
+        Used to find Deterministics that depend on data (from the context if omitted).
+    keep_data : bool, default False
+        Keep the data-bearing groups and Deterministics (the result is then not private;
+        the report says so with ``dp_data_removed = False``).
+    trim : bool, default True
+        Drop draws that were not released (after the budget ran out).
+
+    Returns
+    -------
+    InferenceData
+        The same object.
+    """
+    model = pm.modelcontext(model)
+    removed: list[str] = []
+    if not keep_data:
+        for group in DATA_GROUPS:
+            if group in idata.groups():
+                delattr(idata, group)
+                removed.append(group)
+        leaky = data_dependent_deterministics(model)
+        for group in idata.groups():
+            ds = getattr(idata, group)
+            drop = [name for name in leaky if name in ds.data_vars]
+            if drop:
+                setattr(idata, group, ds.drop_vars(drop))
+                removed.extend(f"{group}/{name}" for name in drop)
+    trimmed = _trim_unreleased(idata) if trim else 0
+    for key, value in report.items():
+        idata.attrs[key] = value
+    idata.attrs["dp_data_removed"] = int(not keep_data)
+    idata.attrs["dp_removed"] = ", ".join(removed) if removed else "none"
+    idata.attrs["dp_trimmed_draws"] = int(trimmed)
+    return idata
