@@ -6,8 +6,9 @@ noisy acceptance probabilities), so adaptation is post-processing and costs no p
 - a global scaling, steered toward ``target_accept`` by a Robbins-Monro recursion on its
   logarithm, with a gain that restarts at each adaptation window;
 - the proposal's shape: at the end of each window (windows double in length, starting at
-  ``tune_interval``) the proposal covariance becomes ``2.38^2 / d`` times the regularised
-  covariance (``"full"``) or variances (``"diag"``) of the draws in that window.
+  ``tune_interval``) the proposal covariance moves toward ``2.38^2 / d`` times the
+  regularised covariance (``"full"``) or variances (``"diag"``) of the draws in that window,
+  blended with the current proposal in proportion to the window's accepted moves.
 
 Doubling windows let early windows, spent travelling from a far-away start, be forgotten.
 After tuning the proposal is frozen, so the chain is a time-homogeneous Markov chain with the
@@ -29,6 +30,8 @@ _MIN_MOVES = 10
 # Shrinkage (in pseudo-draws) of the window covariance toward its own diagonal.
 _SHRINK = 5.0
 _LOG_SCALING_BOUNDS = (-30.0, 30.0)
+# Weight (in accepted moves per dimension) of the current proposal when blending in a window.
+_PRIOR_MOVES_PER_DIM = 5.0
 
 
 @dataclass
@@ -112,6 +115,7 @@ class ProposalAdapter:
 
     def _end_window(self) -> None:
         n = self.t_window
+        d = self.chol.shape[0]
         if self.moves >= _MIN_MOVES:
             mean = self.sum_x / n
             cov = (self.sum_xx - n * np.outer(mean, mean)) / max(n - 1, 1)
@@ -120,10 +124,18 @@ class ProposalAdapter:
                 cov = np.diag(var)
             else:
                 cov = (n * cov + _SHRINK * np.diag(var)) / (n + _SHRINK)
-            cov = cov * (2.38**2 / cov.shape[0])
+            cov = cov * (2.38**2 / d)
+            # Blend with the current proposal, weighted by the window's accepted moves: a
+            # window spent moving along one line (travelling from a far start) would
+            # otherwise leave a nearly singular proposal that cannot leave that line.
+            old = self.scaling**2 * (self.chol @ self.chol.T)
+            if self.mode == "diag":
+                old = np.diag(np.diag(old))
+            weight = self.moves / (self.moves + _PRIOR_MOVES_PER_DIM * d)
+            cov = weight * cov + (1.0 - weight) * old
             jitter = 1e-10 * max(float(np.max(np.diag(cov))), 1e-300)
             try:
-                chol = np.linalg.cholesky(cov + jitter * np.eye(cov.shape[0]))
+                chol = np.linalg.cholesky(cov + jitter * np.eye(d))
             except np.linalg.LinAlgError:
                 chol = None
             if chol is not None and np.all(np.isfinite(chol)) and np.all(np.diag(chol) > 0):

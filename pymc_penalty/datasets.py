@@ -21,10 +21,10 @@ class Screening(NamedTuple):
 
     Attributes
     ----------
-    X : ndarray, shape (5000, 5)
+    X : ndarray, shape (20000, 5)
         Design matrix: intercept column, then age, bmi, smoker, sbp scaled by
         ``SCREENING_SCALING`` (smoker is 0/1).
-    y : ndarray, shape (5000,)
+    y : ndarray, shape (20000,)
         Binary outcome.
     columns : tuple of str
         Names of the columns of ``X``.
@@ -39,7 +39,7 @@ class Screening(NamedTuple):
 
 
 def load_screening() -> Screening:
-    """Load the embedded synthetic screening dataset (5000 made-up patients).
+    """Load the embedded synthetic screening dataset (20000 made-up patients).
 
     The table was simulated by ``scripts/make_screening_data.py`` from a logistic model with
     known coefficients: a stand-in for a sensitive table, so examples can compare a private

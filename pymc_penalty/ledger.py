@@ -12,11 +12,13 @@ Guarantees
 ----------
 - :meth:`PrivacyLedger.try_spend` commits the cost of a release *before* the caller touches
   the data, and refuses (committing nothing) when the total would exceed the budget.
-- Accounting is exact integer arithmetic in units of ``2**-62`` of the budget's binade: the
-  budget is ``floor(budget_mu**2 / unit)`` units and each release costs ``ceil(mu2 / unit)``
-  units. Rounding is therefore confined to one unit per release (relative size below
-  ``2**-60`` of the budget, and zero for any ``mu2`` of at least ``2**-8 * budget_mu**2``) and can
-  only refuse a release, never grant one whose exact cost does not fit.
+- Accounting is exact integer arithmetic in units of ``2**-62`` of the budget's binade. The
+  budget is ``budget_mu**2`` rounded down to a float (53 significant bits, so that
+  :attr:`PrivacyLedger.budget_mu2` is exact), a relative loss below ``2**-52``; each release
+  costs ``mu2`` rounded up to a whole unit (relative to the budget below ``2**-60``, and
+  nothing for any ``mu2`` of at least ``2**-8 * budget_mu**2``). Rounding can thus refuse a
+  release that fits only to within that tolerance, and never grants one that does not fit:
+  the exact sum of the granted ``mu2`` never exceeds the exact ``budget_mu**2``.
 - The file is updated under an exclusive ``flock`` and is crash-safe: it holds two checksummed
   copies of the state and each update overwrites the older one, so a process killed at any
   instant (SIGKILL included) leaves a readable file. A grant is handed out only after the
@@ -97,8 +99,16 @@ def _unit_shift(budget_mu: float) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _budget_units(budget_mu: float, shift: int) -> int:
-    """``floor(budget_mu**2 * 2**shift)``, exactly."""
-    return math.floor(Fraction(budget_mu) ** 2 * Fraction(2) ** shift)
+    """``budget_mu**2 * 2**shift`` rounded down to an integer with 53 significant bits.
+
+    The budget in units is then exactly a float times ``2**shift``, so ``budget_mu2`` is exact
+    and bounds every reported ``spent_mu2``.
+    """
+    units = math.floor(Fraction(budget_mu) ** 2 * Fraction(2) ** shift)
+    excess = units.bit_length() - 53
+    if excess > 0:
+        units = (units >> excess) << excess
+    return units
 
 
 def _units_to_float(units: int, shift: int, *, up: bool) -> float:
@@ -392,8 +402,10 @@ class PrivacyLedger:
     Notes
     -----
     Accounting is exact in integer units of ``2**-shift`` with ``budget_mu**2 < 2**(62 -
-    shift)``; each release costs ``ceil(mu2 * 2**shift)`` units, so the exact sum of granted
-    ``mu2`` never exceeds the exact ``budget_mu**2``.
+    shift)``. The budget is ``budget_mu**2`` rounded down to a float (:attr:`budget_mu2`) and
+    each release costs ``ceil(mu2 * 2**shift)`` units, so the exact sum of granted ``mu2``
+    never exceeds the exact ``budget_mu**2``, and ``spent_mu2 <= budget_mu2 <= budget_mu**2``
+    holds for the floats reported.
 
     The read-side properties (:attr:`spent_mu2`, :attr:`used_mu2`, :attr:`releases`, ...) read
     the file, so they see all processes. :attr:`used_mu2` and :attr:`releases` count another
@@ -726,7 +738,7 @@ class PrivacyLedger:
 
     @property
     def budget_mu2(self) -> float:
-        """The budget in ``mu**2``: ``budget_mu**2`` as accounted (rounded down to a unit)."""
+        """The budget in ``mu**2``: ``budget_mu**2`` rounded down to a float (exact as held)."""
         return self._mu2(self._budget_units, up=False)
 
     @property

@@ -327,8 +327,6 @@ class PenaltyMetropolis(ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised Metropolis step in the raveled parameter space."""
         x0 = q0.data
-        if self._cache_x is None or not np.array_equal(x0, self._cache_x):
-            self._refresh_cache(x0)
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
         step_length = float(np.linalg.norm(np.asarray(x1, dtype=np.float64) - x0))
@@ -346,7 +344,10 @@ class PenaltyMetropolis(ArrayStepShared):
             stats.update(dp_released=False, dp_mu=0.0)
             return q0, [stats]
 
-        # The budget for this release is committed: the data may be touched now.
+        # The budget for this release is committed: the data may be touched now (the cache of
+        # the current state's vector too: a refused step must not evaluate the likelihood).
+        if self._cache_x is None or not np.array_equal(x0, self._cache_x):
+            self._refresh_cache(x0)
         ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
         noise = self._noise()
         d_hat = clipped_sum + sigma * noise.standard_normal()

@@ -1,6 +1,6 @@
 """Regenerate the embedded synthetic screening dataset (pymc_penalty/data/screening.csv).
 
-The table is synthetic: 5000 made-up patients with four covariates and a binary outcome drawn
+The table is synthetic: 20000 made-up patients with four covariates and a binary outcome drawn
 from a logistic model with known coefficients, so examples and tests can compare a private
 posterior with the truth. Run from the repository root: ``python scripts/make_screening_data.py``.
 """
@@ -14,7 +14,7 @@ TRUE_COEFFICIENTS = {"intercept": -1.0, "age": 0.8, "bmi": 0.5, "smoker": 0.7, "
 
 def main() -> None:
     rng = np.random.default_rng(20261120)
-    n = 5000
+    n = 20000
     age = np.round(rng.uniform(30, 80, n))
     bmi = np.round(rng.normal(27, 4, n), 1)
     smoker = rng.binomial(1, 0.25, n)

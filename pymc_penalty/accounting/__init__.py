@@ -1,0 +1,87 @@
+"""Privacy accounting for compositions of Gaussian releases.
+
+Every step of the penalty algorithm releases one Gaussian-noised log-likelihood difference.
+With L2 sensitivity ``Delta_t`` and noise standard deviation ``sigma_t`` the release is
+``mu_t``-GDP with ``mu_t = Delta_t / sigma_t``, and an adaptive composition of such releases is
+exactly ``mu``-GDP with ``mu = sqrt(sum_t mu_t**2)`` (Dong, Roth and Su, "Gaussian differential
+privacy", JRSS-B 2022, Corollary 3.3).  Its tight ``(epsilon, delta)`` curve is
+
+    delta(epsilon) = Phi(-epsilon / mu + mu / 2) - exp(epsilon) * Phi(-epsilon / mu - mu / 2).
+
+The subpackage is split by responsibility; every public name is re-exported here, so import
+from ``pymc_penalty.accounting`` directly:
+
+* :mod:`~pymc_penalty.accounting.gdp`: the tight GDP conversions (:func:`gdp_delta`,
+  :func:`gdp_epsilon`, :func:`gdp_mu`) and :func:`compose_mu`, evaluated in log space so they
+  stay finite far into the tails;
+* :mod:`~pymc_penalty.accounting.bounds`: looser comparison bounds for the same composition
+  (zCDP, RDP and advanced composition), :func:`gaussian_epsilon` and
+  :func:`iterations_allowed`;
+* :mod:`~pymc_penalty.accounting.theorem1`: the schedule of the arXiv seed's Theorem 1 /
+  Corollary 1 (:func:`theorem1_schedule`);
+* :mod:`~pymc_penalty.accounting.events`: a small immutable event vocabulary and
+  :class:`GDPAccountant`, which can be checkpointed;
+* :mod:`~pymc_penalty.accounting.calibration`: calibration from a run plan
+  (:func:`calibrate_step_mu`, :func:`plan_releases`) and the closed-form expected acceptance
+  probability of the penalty test (:func:`expected_acceptance`);
+* :mod:`~pymc_penalty.accounting._validation`: the shared argument checkers (private).
+
+Pure NumPy/SciPy: nothing here imports PyMC.  Sensitivities are the L2 sensitivity under the
+neighbour relation in use (substitute-one: ``2B``; add/remove-one: ``B``); this subpackage
+never doubles or halves them itself.
+"""
+
+from __future__ import annotations
+
+# The option types of the bounds' signatures stay importable from here (not in __all__, as
+# before the split).
+from pymc_penalty.accounting.bounds import Accountant as Accountant
+from pymc_penalty.accounting.bounds import PerStepBound as PerStepBound
+from pymc_penalty.accounting.bounds import RdpConversion as RdpConversion
+from pymc_penalty.accounting.bounds import (
+    advanced_composition,
+    classical_gaussian_epsilon,
+    gaussian_epsilon,
+    iterations_allowed,
+    rdp_epsilon,
+    zcdp_epsilon,
+    zcdp_rho,
+)
+from pymc_penalty.accounting.calibration import (
+    calibrate_step_mu,
+    expected_acceptance,
+    plan_releases,
+)
+from pymc_penalty.accounting.events import (
+    ComposedReleases,
+    GaussianRelease,
+    GDPAccountant,
+    PrivacyEvent,
+    RepeatedRelease,
+)
+from pymc_penalty.accounting.gdp import compose_mu, gdp_delta, gdp_epsilon, gdp_mu
+from pymc_penalty.accounting.theorem1 import Theorem1Schedule, theorem1_schedule
+
+__all__ = [
+    "ComposedReleases",
+    "GDPAccountant",
+    "GaussianRelease",
+    "PrivacyEvent",
+    "RepeatedRelease",
+    "Theorem1Schedule",
+    "advanced_composition",
+    "calibrate_step_mu",
+    "classical_gaussian_epsilon",
+    "compose_mu",
+    "expected_acceptance",
+    "gaussian_epsilon",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_mu",
+    "iterations_allowed",
+    "plan_releases",
+    "rdp_epsilon",
+    "theorem1_schedule",
+    "zcdp_epsilon",
+    "zcdp_rho",
+]
