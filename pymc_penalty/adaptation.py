@@ -7,8 +7,8 @@ noisy acceptance probabilities), so adaptation is post-processing and costs no p
   logarithm, with a gain that restarts at each adaptation window;
 - the proposal's shape: at the end of each window (windows double in length, starting at
   ``tune_interval``) the proposal covariance moves toward ``2.38^2 / d`` times the
-  regularised covariance (``"full"``) or variances (``"diag"``) of the draws in that window,
-  blended with the current proposal in proportion to the window's accepted moves.
+  covariance (``"full"``, correlations shrunk toward zero in proportion to how few moves the
+  window accepted) or variances (``"diag"``) of the draws in that window.
 
 Doubling windows let early windows, spent travelling from a far-away start, be forgotten.
 After tuning the proposal is frozen, so the chain is a time-homogeneous Markov chain with the
@@ -27,10 +27,8 @@ ADAPT_MODES = ("full", "diag", "scaling", "none")
 
 # Minimum number of accepted moves in a window before its covariance is trusted.
 _MIN_MOVES = 10
-# Shrinkage (in pseudo-draws) of the window covariance toward its own diagonal.
-_SHRINK = 5.0
 _LOG_SCALING_BOUNDS = (-30.0, 30.0)
-# Weight (in accepted moves per dimension) of the current proposal when blending in a window.
+# Pseudo-moves per dimension with which a window's correlations are shrunk toward zero.
 _PRIOR_MOVES_PER_DIM = 5.0
 
 
@@ -123,16 +121,13 @@ class ProposalAdapter:
             if self.mode == "diag":
                 cov = np.diag(var)
             else:
-                cov = (n * cov + _SHRINK * np.diag(var)) / (n + _SHRINK)
+                # Shrink correlations toward zero, weighted by the window's accepted moves: a
+                # window spent moving along one line (travelling from a far start) would
+                # otherwise leave a nearly singular proposal that cannot leave that line.
+                # Scale-free: the variances themselves are kept.
+                weight = self.moves / (self.moves + _PRIOR_MOVES_PER_DIM * d)
+                cov = weight * cov + (1.0 - weight) * np.diag(var)
             cov = cov * (2.38**2 / d)
-            # Blend with the current proposal, weighted by the window's accepted moves: a
-            # window spent moving along one line (travelling from a far start) would
-            # otherwise leave a nearly singular proposal that cannot leave that line.
-            old = self.scaling**2 * (self.chol @ self.chol.T)
-            if self.mode == "diag":
-                old = np.diag(np.diag(old))
-            weight = self.moves / (self.moves + _PRIOR_MOVES_PER_DIM * d)
-            cov = weight * cov + (1.0 - weight) * old
             jitter = 1e-10 * max(float(np.max(np.diag(cov))), 1e-300)
             try:
                 chol = np.linalg.cholesky(cov + jitter * np.eye(d))

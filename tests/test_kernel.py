@@ -109,3 +109,15 @@ def test_window_without_moves_keeps_the_old_proposal():
     for _ in range(20):
         ad.update(np.zeros(2), 0.0, False)
     np.testing.assert_array_equal(ad.chol, chol)
+
+
+def test_a_window_along_one_line_leaves_a_nonsingular_proposal():
+    """Travelling from a far start moves the chain along a line; the proposal must still be
+    able to leave that line (correlations are shrunk toward zero by the move count)."""
+    ad = ProposalAdapter.create(np.ones(2), 1.0, "full", 0.234, 30)
+    for t in range(30):
+        ad.update(np.array([t, 2.0 * t], dtype=float), 0.5, True)
+    cov = ad.chol @ ad.chol.T
+    corr = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
+    assert 0.5 < corr < 0.8  # shrunk from 1 by 30 / (30 + 5 * 2)
+    assert np.linalg.cond(cov) < 1e3
