@@ -18,20 +18,29 @@ from enum import Enum
 __all__ = ["ClipMode", "Neighbours", "clip_bound", "l2_sensitivity"]
 
 
-class Neighbours(str, Enum):
+class _Choice(str, Enum):
+    """A string option of the public API; ``parse`` names the argument on bad input."""
+
+    @classmethod
+    def parse(cls, value: str | _Choice, argument: str):
+        """Return the member named by ``value``, or raise a ValueError naming the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in cls)
+            raise ValueError(f"`{argument}` must be one of {choices}; got {value!r}.") from None
+
+
+class Neighbours(_Choice):
     """Neighbour relation of the differential privacy guarantee."""
 
     SUBSTITUTE = "substitute"
     ADD_REMOVE = "add_remove"
 
     @classmethod
-    def parse(cls, value: str | Neighbours) -> Neighbours:
-        """Return the relation named by ``value``, or raise a ValueError naming the choices."""
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(repr(m.value) for m in cls)
-            raise ValueError(f"`neighbours` must be one of {choices}; got {value!r}.") from None
+    def parse(cls, value: str | Neighbours, argument: str = "neighbours") -> Neighbours:
+        """Return the relation named by ``value`` (ValueError naming the choices if none)."""
+        return super().parse(value, argument)
 
     @property
     def factor(self) -> float:
@@ -39,20 +48,16 @@ class Neighbours(str, Enum):
         return 2.0 if self is Neighbours.SUBSTITUTE else 1.0
 
 
-class ClipMode(str, Enum):
+class ClipMode(_Choice):
     """How the clip bound ``B`` depends on the proposal."""
 
     DISTANCE = "distance"
     CONSTANT = "constant"
 
     @classmethod
-    def parse(cls, value: str | ClipMode) -> ClipMode:
-        """Return the mode named by ``value``, or raise a ValueError naming the choices."""
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(repr(m.value) for m in cls)
-            raise ValueError(f"`clip_mode` must be one of {choices}; got {value!r}.") from None
+    def parse(cls, value: str | ClipMode, argument: str = "clip_mode") -> ClipMode:
+        """Return the mode named by ``value`` (ValueError naming the choices if none)."""
+        return super().parse(value, argument)
 
 
 def clip_bound(clip: float | None, mode: ClipMode, step_length: float) -> float:
