@@ -18,6 +18,9 @@ from pymc_penalty.step import PenaltyMetropolis
 
 __all__ = ["PrivateSamplingError", "sample"]
 
+#: Below this share of the ledger's budget ``mu^2``, what is left counts as nothing.
+_NEGLIGIBLE_SHARE = 1e-6
+
 
 class PrivateSamplingError(RuntimeError):
     """``pm.sample`` failed; ``.privacy_report`` holds what the run had spent by then."""
@@ -108,8 +111,13 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = ledger.remaining_mu2
-    if available <= 0.0:
-        raise ValueError("The ledger at `ledger_path` has no budget left.")
+    # A completed run leaves only the calibration margin (~1e-9 of the budget): treat such
+    # dust as nothing left rather than calibrating a frozen chain to it.
+    if available <= _NEGLIGIBLE_SHARE * ledger.budget_mu2:
+        raise ValueError(
+            f"The ledger at `ledger_path` has no budget left (mu^2 {available:.3g} of "
+            f"{ledger.budget_mu2:.3g} remains)."
+        )
     step_mu = calibrate(
         np.sqrt(available),
         plan,

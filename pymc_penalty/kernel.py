@@ -13,6 +13,7 @@ tested in microseconds without compiling a model.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -77,8 +78,8 @@ def penalised_log_ratio(
     value = d_hat + log_prior_ratio + log_proposal_ratio
     if penalty:
         value -= 0.5 * noise_var
-    if np.isnan(value):
-        return -np.inf
+    if math.isnan(value):
+        return -math.inf
     return float(value)
 
 
@@ -96,7 +97,7 @@ def penalty_decision(log_ratio: float, log_u: float) -> PenaltyDecision:
     -------
     PenaltyDecision
     """
-    accept_prob = float(np.exp(min(0.0, log_ratio)))
+    accept_prob = math.exp(min(0.0, log_ratio))
     return PenaltyDecision(log_ratio, accept_prob, bool(log_u < log_ratio))
 
 

@@ -20,7 +20,10 @@ import pymc as pm
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pytensor.compile.mode import get_mode
 from pytensor.graph.basic import Variable
+
+from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
 
 __all__ = ["LikelihoodEvaluationError", "PenaltyLikelihood"]
 
@@ -76,6 +79,8 @@ class PenaltyLikelihood:
         clipped_sum = pt.clip(ratio, -bound, bound).sum()
         n_clipped = (pt.abs(ratio) > bound).sum()
         kwargs = dict(compile_kwargs or {})
+        # Exact: evaluate f once after selecting in switch(c, f(a), f(b)) (see rewrites.py).
+        kwargs["mode"] = get_mode(kwargs.get("mode")).including(LIFT_UNARY_THROUGH_SWITCH)
         self._fn = pm_compile(
             [flat, ll_current, bound],
             [ll, clipped_sum, n_clipped, pt.cast(logprior, "float64")],

@@ -8,6 +8,7 @@ carry no data and are exact.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import field
@@ -264,7 +265,7 @@ class PenaltyMetropolis(ArrayStepShared):
         self.adapter = adapter
         self._untuned_adapter = _copy_adapter(adapter)
         self._lik = PenaltyLikelihood(model, vars, initial_point, compile_kwargs)
-        self._cache_x: np.ndarray | None = None
+        self._cache_key: bytes | None = None
         self._cache_ll: np.ndarray | None = None
         self._cache_logprior = 0.0
         self._noise_gen: np.random.Generator | None = None
@@ -303,35 +304,35 @@ class PenaltyMetropolis(ArrayStepShared):
 
     # --- the step ------------------------------------------------------------------------
 
-    def _refresh_cache(self, x: np.ndarray) -> None:
+    def _refresh_cache(self, x: np.ndarray, key: bytes) -> None:
         self._cache_ll, self._cache_logprior = self._lik.initial(x, self._n)
-        self._cache_x = x.copy()
+        self._cache_key = key
 
-    def _sensitivity_and_noise(self, step_length: float) -> tuple[float, float, float, float]:
-        """Return (Delta, sigma of the likelihood release, count noise sd, per-step mu)."""
+    def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
+        """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu)."""
         bound = clip_bound(self.clip, self.clip_mode, step_length)
         delta = l2_sensitivity(bound, self.neighbours)
         share = self.clip_count_share
         if self.mu is not None:
             mu_ll, mu_count = split_step_mu(self.mu, share)
             sigma = delta / mu_ll
-            count_sd = 1.0 / mu_count if mu_count > 0 else np.inf
-            return delta, sigma, count_sd, self.mu
+            count_sd = 1.0 / mu_count if mu_count > 0 else math.inf
+            return bound, delta, sigma, count_sd, self.mu
         sigma = self.noise_sd
-        if not np.isfinite(delta):
-            return delta, sigma, np.inf, np.inf
+        if not math.isfinite(delta):
+            return bound, delta, sigma, math.inf, math.inf
         mu_ll = delta / sigma
-        count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else np.inf
-        return delta, sigma, count_sd, float(mu_ll / np.sqrt(1.0 - share))
+        count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
+        return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised Metropolis step in the raveled parameter space."""
         x0 = q0.data
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
-        step_length = float(np.linalg.norm(np.asarray(x1, dtype=np.float64) - x0))
-        delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(step_length)
-        bound = clip_bound(self.clip, self.clip_mode, step_length)
+        diff = np.asarray(x1, dtype=np.float64) - x0
+        step_length = math.sqrt(float(diff @ diff))
+        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(step_length)
         stats = {
             "scaling": adapter.scaling,
             "dp_noise_sd": sigma,
@@ -346,26 +347,28 @@ class PenaltyMetropolis(ArrayStepShared):
 
         # The budget for this release is committed: the data may be touched now (the cache of
         # the current state's vector too: a refused step must not evaluate the likelihood).
-        if self._cache_x is None or not np.array_equal(x0, self._cache_x):
-            self._refresh_cache(x0)
+        key = x0.tobytes()
+        if self._cache_key != key:
+            self._refresh_cache(x0, key)
         ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
         noise = self._noise()
         d_hat = clipped_sum + sigma * noise.standard_normal()
         n = ll1.shape[0]
         if not self.private:
             clipped_fraction = n_clipped / n
-        elif np.isfinite(count_sd):
+        elif math.isfinite(count_sd):
             clipped_fraction = (n_clipped + count_sd * noise.standard_normal()) / n
         else:
-            clipped_fraction = np.nan
+            clipped_fraction = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
 
         log_ratio = penalised_log_ratio(
             d_hat, sigma**2, logprior1 - self._cache_logprior, penalty=self._apply_penalty
         )
-        decision = penalty_decision(log_ratio, float(np.log(self.rng.uniform())))
+        u = self.rng.random()
+        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
         if decision.accepted:
-            self._cache_x = x1.copy()
+            self._cache_key = x1.tobytes()
             self._cache_ll = ll1
             self._cache_logprior = logprior1
             x_new = x1
