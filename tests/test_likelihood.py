@@ -34,7 +34,7 @@ def test_switch_lift_is_exact(logistic):
     for beta in (np.zeros(3), np.array([0.5, -2.0, 30.0]), np.array([-40.0, 1e3, 0.0])):
         np.testing.assert_array_equal(plain(beta), lifted(beta))
     eta = X @ np.array([0.5, -2.0, 30.0])
-    expected = y * eta - np.logaddexp(0.0, eta)
+    expected = np.where(y == 1, -np.logaddexp(0.0, -eta), -np.logaddexp(0.0, eta))
     np.testing.assert_allclose(lifted(np.array([0.5, -2.0, 30.0])), expected, rtol=1e-12)
 
 
