@@ -98,6 +98,10 @@ def sample(
         If ``pm.sample`` fails; its ``privacy_report`` says what was spent.
     """
     model = pm.modelcontext(model)
+    if pm_sample_kwargs.get("return_inferencedata", True) is not True:
+        raise ValueError(
+            "`return_inferencedata` must be True: the privacy report lives in InferenceData."
+        )
     for name in ("step", "callback"):
         if name in pm_sample_kwargs:
             raise ValueError(
