@@ -68,8 +68,9 @@ def build_report(
     if step.clip is None:
         sensitivity = "unbounded (clip=None)"
     else:
-        sensitivity = f"clip {step.clip_mode.value}: B = {step.clip:g}" + (
-            " * ||theta' - theta||_2" if step.clip_mode.value == "distance" else ""
+        norm = {"distance": " * ||theta' - theta||_2", "lipschitz": " * ||theta' - theta||_1"}
+        sensitivity = f"clip {step.clip_mode.value}: B = {step.clip:g}" + norm.get(
+            step.clip_mode.value, ""
         )
     chains = sorted(releases_by_chain)
     per_chain = [int(releases_by_chain[c]) for c in chains]

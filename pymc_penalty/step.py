@@ -32,7 +32,13 @@ from pymc_penalty.kernel import (
 )
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
-from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+from pymc_penalty.sensitivity import (
+    ClipMode,
+    Neighbours,
+    clip_bound,
+    l2_sensitivity,
+    step_length,
+)
 
 __all__ = ["NotPrivateWarning", "PenaltyMetropolis"]
 
@@ -107,8 +113,12 @@ class PenaltyMetropolis(ArrayStepShared):
         ``B = clip * ||theta' - theta||_2``; with ``"constant"``, ``B = clip``. ``None`` means
         no clipping: exact but unbounded sensitivity, so not private (allowed with
         ``noise_sd`` only; a :class:`NotPrivateWarning` says so).
-    clip_mode : {"distance", "constant"}, default "distance"
-        How ``B`` depends on the proposal.
+    clip_mode : {"distance", "constant", "lipschitz"}, default "distance"
+        How ``B`` depends on the proposal. ``"lipschitz"``: ``clip`` is a declared bound ``M``
+        on every ``|d log p(y_i | theta) / d theta_j|`` (on the unconstrained space) and
+        ``B = M * ||theta' - theta||_1``; violations are still clipped and counted
+        (``dp_clipped_fraction``), so the guarantee never rests on the declaration, and with
+        none the chain is exact.
     neighbours : {"substitute", "add_remove"}, default "substitute"
         Neighbour relation: ``Delta = 2B`` for substitute-one, ``B`` for add/remove-one.
     adapt : {"full", "diag", "scaling", "none"}, default "full"
@@ -331,8 +341,8 @@ class PenaltyMetropolis(ArrayStepShared):
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
         diff = np.asarray(x1, dtype=np.float64) - x0
-        step_length = math.sqrt(float(diff @ diff))
-        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(step_length)
+        length = step_length(self.clip_mode, diff)
+        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
         stats = {
             "scaling": adapter.scaling,
             "dp_noise_sd": sigma,

@@ -300,3 +300,48 @@ def test_likelihood_errors_do_not_leak_data(normal_model):
     with pytest.raises(LikelihoodEvaluationError) as err:
         step._lik.evaluate(np.zeros(2), np.zeros(3), 1.0)  # wrong cache length
     assert "y{" not in str(err.value) and "Inputs values" not in str(err.value)
+
+
+def _bounded_logistic(n: int = 200):
+    rng = np.random.default_rng(21)
+    X = np.clip(rng.normal(size=(n, 3)), -1.0, 1.0)  # |x_ij| <= 1
+    y = rng.binomial(1, 0.5, size=n)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
+    return model
+
+
+def test_lipschitz_bound_sets_an_l1_sensitivity_and_never_clips_when_true():
+    # |d/dbeta_j log p(y | x, beta)| = |(y - sigmoid(x beta)) x_j| <= 1 when |x_j| <= 1.
+    model = _bounded_logistic()
+    point = model.initial_point()
+    with model:
+        step = PenaltyMetropolis(
+            noise_sd=1.0, clip=1.0, clip_mode="lipschitz", reproducible_noise=True, rng=3
+        )
+    x0 = point["beta"]
+    for _ in range(50):
+        point, stats = step.step(point)
+        assert stats[0]["dp_clipped_fraction"] == 0.0  # exact count in reproducible mode
+    assert not np.array_equal(point["beta"], x0)
+
+
+def test_a_false_lipschitz_claim_is_clipped_and_counted():
+    model = _bounded_logistic()
+    point = model.initial_point()
+    with model:
+        step = PenaltyMetropolis(
+            noise_sd=1.0, clip=0.01, clip_mode="lipschitz", reproducible_noise=True, rng=3
+        )
+    fractions = [step.step(point)[1][0]["dp_clipped_fraction"] for _ in range(20)]
+    assert max(fractions) > 0.5
+
+
+def test_lipschitz_sensitivity_uses_the_l1_norm():
+    from pymc_penalty.sensitivity import ClipMode, clip_bound, step_length
+
+    diff = np.array([0.3, -0.4, 0.0])
+    assert step_length(ClipMode.LIPSCHITZ, diff) == pytest.approx(0.7)
+    assert step_length(ClipMode.DISTANCE, diff) == pytest.approx(0.5)
+    assert clip_bound(2.0, ClipMode.LIPSCHITZ, 0.7) == pytest.approx(1.4)
