@@ -21,9 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ADAPT_MODES", "ProposalAdapter"]
+__all__ = ["ADAPT_MODES", "PROPOSAL_KINDS", "ProposalAdapter"]
 
 ADAPT_MODES = ("full", "diag", "scaling", "none")
+#: ``block``: one Gaussian move of all coordinates; ``component``: one random coordinate per
+#: step; ``guided``: one random coordinate per step, moving in that coordinate's persistent
+#: direction, which flips on rejection (Gustafson 1998's guided walk, coordinate-wise).
+PROPOSAL_KINDS = ("block", "component", "guided")
+_MAX_REDRAWS = 1000
 
 # Minimum number of accepted moves in a window before its covariance is trusted.
 _MIN_MOVES = 10
@@ -59,7 +64,10 @@ class ProposalAdapter:
     moves: int = 0
     sum_x: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sum_xx: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    last_x: np.ndarray | None = None
+    kind: str = "block"
+    max_step: float = np.inf
+    directions: np.ndarray = field(default_factory=lambda: np.ones(0))
+    last_coordinate: int = -1
 
     @classmethod
     def create(
@@ -69,8 +77,15 @@ class ProposalAdapter:
         mode: str,
         target_accept: float,
         window: int,
+        kind: str = "block",
+        max_step: float = np.inf,
     ) -> ProposalAdapter:
-        """Build the initial state from ``S`` (sd vector or covariance matrix) and ``scaling``."""
+        """Build the initial state from ``S`` (sd vector or covariance matrix) and ``scaling``.
+
+        ``max_step`` bounds every coordinate's move, ``|theta'_j - theta_j| < max_step`` (the
+        arXiv paper's Theorem 1 assumes it); moves beyond it are redrawn, which keeps the
+        proposal symmetric.
+        """
         S = np.asarray(S, dtype=np.float64)
         chol = np.diag(S) if S.ndim == 1 else np.linalg.cholesky(S)
         d = chol.shape[0]
@@ -82,6 +97,9 @@ class ProposalAdapter:
             window=int(window),
             sum_x=np.zeros(d),
             sum_xx=np.zeros((d, d)),
+            kind=kind,
+            max_step=float(max_step),
+            directions=np.ones(d),
         )
 
     @property
@@ -90,9 +108,32 @@ class ProposalAdapter:
         return float(np.exp(self.log_scaling))
 
     def propose(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
-        """Draw ``x + scaling * chol @ z`` with ``z ~ N(0, I)`` (symmetric)."""
-        z = rng.standard_normal(x.shape[0])
-        return x + self.scaling * (self.chol @ z)
+        """Draw a symmetric move: ``x + scaling * chol @ z`` (block) or one coordinate."""
+        for _ in range(_MAX_REDRAWS):
+            move = self._draw_move(rng, x.shape[0])
+            if np.all(np.abs(move) < self.max_step):
+                return x + move
+        raise RuntimeError(
+            "No proposal within `max_step` after 1000 draws: max_step is far smaller than the "
+            "proposal's scale."
+        )
+
+    def _draw_move(self, rng: np.random.Generator, d: int) -> np.ndarray:
+        if self.kind == "block":
+            return self.scaling * (self.chol @ rng.standard_normal(d))
+        j = int(rng.integers(d))
+        self.last_coordinate = j
+        sd = self.scaling * float(np.sqrt(self.chol[j] @ self.chol[j]))
+        z = rng.standard_normal()
+        move = np.zeros(d)
+        move[j] = sd * (self.directions[j] * abs(z) if self.kind == "guided" else z)
+        return move
+
+    def after_decision(self, accepted: bool) -> None:
+        """Guided walk: a rejected move reverses its coordinate's direction (always, not only
+        while tuning: it is part of the transition kernel)."""
+        if self.kind == "guided" and not accepted and self.last_coordinate >= 0:
+            self.directions[self.last_coordinate] *= -1.0
 
     def update(self, x: np.ndarray, accept_prob: float, moved: bool) -> None:
         """Record one tuning step: the chain's new state and the released acceptance prob."""

@@ -23,7 +23,7 @@ from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalPropo
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
-from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
+from pymc_penalty.adaptation import ADAPT_MODES, PROPOSAL_KINDS, ProposalAdapter
 from pymc_penalty.kernel import (
     clip_count_noise_sd,
     penalised_log_ratio,
@@ -123,6 +123,13 @@ class PenaltyMetropolis(ArrayStepShared):
         Neighbour relation: ``Delta = 2B`` for substitute-one, ``B`` for add/remove-one.
     adapt : {"full", "diag", "scaling", "none"}, default "full"
         What the proposal adapts during tuning.
+    proposal : {"block", "component", "guided"}, default "block"
+        ``"block"`` moves all coordinates at once; ``"component"`` moves one random coordinate
+        per step; ``"guided"`` moves one random coordinate in its persistent direction, which
+        flips on rejection (Gustafson's guided walk). Each is one release per step.
+    max_step : float, optional
+        Bound every coordinate's move, ``|theta'_j - theta_j| < max_step`` (moves beyond it are
+        redrawn, which keeps the proposal symmetric), as the arXiv paper's Theorem 1 assumes.
     target_accept : float, default 0.234
         Target mean acceptance probability for the scaling adaptation.
     clip_count_share : float, default 0.05
@@ -175,6 +182,8 @@ class PenaltyMetropolis(ArrayStepShared):
         clip_mode: str = "distance",
         neighbours: str = "substitute",
         adapt: str = "full",
+        proposal: str = "block",
+        max_step: float | None = None,
         target_accept: float = 0.234,
         clip_count_share: float = 0.05,
         reproducible_noise: bool = False,
@@ -211,6 +220,9 @@ class PenaltyMetropolis(ArrayStepShared):
             raise ValueError("`tune_interval` must be a positive integer.")
         if adapt not in ADAPT_MODES:
             raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
+        if proposal not in PROPOSAL_KINDS:
+            raise ValueError(f"`proposal` must be one of {PROPOSAL_KINDS}; got {proposal!r}.")
+        _check_positive("max_step", max_step, allow_none=True)
         if proposal_dist not in (None, NormalProposal, MultivariateNormalProposal):
             raise ValueError(
                 "`proposal_dist` must be pm.NormalProposal or pm.MultivariateNormalProposal: "
@@ -270,7 +282,13 @@ class PenaltyMetropolis(ArrayStepShared):
 
         self.tune = bool(tune)
         adapter = ProposalAdapter.create(
-            S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
+            S,
+            float(scaling),
+            adapt if tune else "none",
+            float(target_accept),
+            int(tune_interval),
+            kind=proposal,
+            max_step=np.inf if max_step is None else float(max_step),
         )
         self.adapter = adapter
         self._untuned_adapter = _copy_adapter(adapter)
@@ -384,6 +402,7 @@ class PenaltyMetropolis(ArrayStepShared):
             x_new = x1
         else:
             x_new = x0
+        adapter.after_decision(decision.accepted)
         if self.tune:
             adapter.update(x_new, decision.accept_prob, decision.accepted)
         stats.update(

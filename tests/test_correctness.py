@@ -115,3 +115,40 @@ def test_logistic_regression_matches_long_nuts():
         assert err < 4 * mcse, f"beta[{j}]: |mean diff|={err:.3g} vs 4 MCSE={4 * mcse:.3g}"
         p = stats.ks_2samp(thinned(a), thinned(b)).pvalue
         assert p > 1e-3, f"beta[{j}]: KS p={p:.3g}"
+
+
+def two_normal_means():
+    rng = np.random.default_rng(15)
+    y = rng.normal([1.0, -2.0], [1.0, 3.0], size=(40, 2))
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 10.0, shape=2)
+        pm.Normal("y", m, np.array([1.0, 3.0]), observed=y)
+    posts = []
+    for j, s in enumerate((1.0, 3.0)):
+        prec = 1 / 100.0 + y.shape[0] / s**2
+        posts.append(stats.norm((y[:, j].sum() / s**2) / prec, prec**-0.5))
+    return model, posts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", ["component", "guided"])
+def test_one_component_and_guided_walk_proposals_are_exact(proposal):
+    model, posts = two_normal_means()
+    idata = run_penalty(model, noise_sd=1.0, seed=7, proposal=proposal)
+    draws = idata.posterior["m"].values
+    for j, post in enumerate(posts):
+        ok, msg = posterior_check(draws[..., j], post.cdf, post.mean())
+        assert ok, f"m[{j}]: {msg}"
+
+
+def test_bounded_proposals_stay_within_max_step():
+    model, _ = two_normal_means()
+    point = model.initial_point()
+    with model:
+        step = PenaltyMetropolis(
+            noise_sd=1.0, clip=None, scaling=1.0, max_step=0.3, tune=False, rng=1
+        )
+    for _ in range(200):
+        new, _ = step.step(point)
+        assert np.all(np.abs(new["m"] - point["m"]) < 0.3)
+        point = new
