@@ -121,3 +121,24 @@ def test_a_window_along_one_line_leaves_a_nonsingular_proposal():
     corr = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
     assert 0.5 < corr < 0.8  # shrunk from 1 by 30 / (30 + 5 * 2)
     assert np.linalg.cond(cov) < 1e3
+
+
+def test_guided_walk_keeps_direction_until_a_rejection():
+    ad = ProposalAdapter.create(np.ones(1), 1.0, "none", 0.234, 100, kind="guided")
+    rng = np.random.default_rng(4)
+    moves = [ad.propose(rng, np.zeros(1))[0] for _ in range(20)]
+    assert all(m > 0 for m in moves)
+    ad.after_decision(accepted=False)
+    assert all(ad.propose(rng, np.zeros(1))[0] < 0 for _ in range(20))
+    ad.after_decision(accepted=True)
+    assert ad.propose(rng, np.zeros(1))[0] < 0
+
+
+def test_component_proposal_moves_one_coordinate_with_its_scale():
+    ad = ProposalAdapter.create(np.array([1e-3, 10.0]), 1.0, "none", 0.234, 100, kind="component")
+    rng = np.random.default_rng(5)
+    moves = np.array([ad.propose(rng, np.zeros(2)) for _ in range(4000)])
+    assert np.all((moves != 0).sum(axis=1) == 1)
+    for j, sd in enumerate((1e-3, 10.0)):
+        mj = moves[moves[:, j] != 0, j]
+        assert abs(mj.std() / sd - 1) < 5 / np.sqrt(2 * mj.size)
