@@ -9,8 +9,8 @@ carry no data and are exact.
 from __future__ import annotations
 
 import math
-import os
 import warnings
+from copy import deepcopy
 from dataclasses import field
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ from pymc_penalty.kernel import (
 )
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
+from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import (
     ClipMode,
     Neighbours,
@@ -76,7 +77,7 @@ class PenaltyMetropolisState(StepMethodState):
     _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
 
 
-class PenaltyMetropolis(ArrayStepShared):
+class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     """Metropolis-Hastings with differentially private moves (the penalty algorithm).
 
     The log-likelihood difference between the proposal and the current point is computed as a
@@ -291,44 +292,13 @@ class PenaltyMetropolis(ArrayStepShared):
             max_step=np.inf if max_step is None else float(max_step),
         )
         self.adapter = adapter
-        self._untuned_adapter = _copy_adapter(adapter)
+        self._untuned_adapter = deepcopy(adapter)
         self._lik = PenaltyLikelihood(model, vars, initial_point, compile_kwargs)
         self._cache_key: bytes | None = None
         self._cache_ll: np.ndarray | None = None
         self._cache_logprior = 0.0
-        self._noise_gen: np.random.Generator | None = None
-        self._noise_pid: int | None = None
         self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
-
-    # --- noise ---------------------------------------------------------------------------
-
-    def _noise(self) -> np.random.Generator:
-        """Generator for privacy noise: OS entropy per process unless reproducible."""
-        if self.reproducible_noise:
-            return self.rng
-        pid = os.getpid()
-        if self._noise_gen is None or self._noise_pid != pid:
-            # A forked or unpickled copy must never replay its parent's noise stream.
-            self._noise_gen = np.random.default_rng()
-            self._noise_pid = pid
-        return self._noise_gen
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_noise_gen"] = None
-        state["_noise_pid"] = None
-        return state
-
-    # --- tuning --------------------------------------------------------------------------
-
-    def reset_tuning(self) -> None:
-        """Restore the proposal to its untuned state (called by PyMC with cores=1)."""
-        self.adapter = _copy_adapter(self._untuned_adapter)
-
-    def stop_tuning(self) -> None:
-        """Freeze the proposal; from here the chain is time-homogeneous."""
-        self.tune = False
 
     # --- the step ------------------------------------------------------------------------
 
@@ -449,9 +419,3 @@ class PenaltyMetropolis(ArrayStepShared):
             }
 
         return (update_stats,)
-
-
-def _copy_adapter(adapter: ProposalAdapter) -> ProposalAdapter:
-    from copy import deepcopy
-
-    return deepcopy(adapter)

@@ -1,0 +1,460 @@
+"""Exponential-family penalty step: a fresh noisy sufficient statistic per step.
+
+For a likelihood ``sum_i [phi(theta) . T(y_i) - A(theta)] + const`` the log-likelihood
+difference is ``d = (phi(theta') - phi(theta)) . S - n (A(theta') - A(theta))`` with
+``S = sum_i T(y_i)``. Each step releases ``S_hat = S + N(0, xi I)`` (fresh noise), so
+``d_hat = (phi' - phi) . S_hat - n (A' - A)`` carries Gaussian noise of variance
+``sigma^2 = ||phi' - phi||^2 xi``, symmetric in the two points: the penalty test
+``d_hat - sigma^2 / 2`` is exact. ``S`` is computed once, from each ``T(y_i)`` clipped to a
+declared bound; a step then costs O(dim T), the same at n = 1e3 and n = 1e7.
+
+Privacy per step: the L2 sensitivity of ``S`` is ``Delta_T`` (substitute-one:
+``sup ||T(y) - T(y')||``; add/remove-one: ``sup ||T(y)||``) and the release is
+``mu_t = Delta_T / sqrt(xi)`` Gaussian-DP. The datapoint count ``n`` is treated as public:
+under add/remove-one neighbours the ``n A(theta)`` term reveals ``n``, so the guarantee there
+covers ``S`` only; prefer substitute-one neighbours (the default) with this step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.blocking import RaveledVars
+from pymc.pytensorf import compile as pm_compile
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_value_vars_from_user_vars
+from pytensor.graph.traversal import ancestors
+
+from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
+from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
+from pymc_penalty.model_checks import ModelNotPrivateError, validate_model
+from pymc_penalty.noise import PrivateNoiseMixin
+from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.step import Ledger, NotPrivateWarning, PenaltyMetropolis
+
+__all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
+
+
+@dataclass(frozen=True)
+class _Family:
+    """One exponential family, in terms of the PyMC op's own parameters.
+
+    ``phi(params)`` and ``A(params)`` take the op's varying parameter (a float or a small
+    vector) and its constant parameters; ``stat(y, const, bound)`` returns the clipped
+    per-datapoint statistics (shape (n, k)) and the number of clipped datapoints;
+    ``sens(const, bound, neighbours)`` the L2 sensitivity of their sum.
+    """
+
+    op_name: str
+    varying: int  # index of the sampled parameter among the op's dist params
+    needs_bound: bool
+    phi: Callable[..., np.ndarray]
+    A: Callable[..., float]
+    stat: Callable[..., tuple[np.ndarray, int]]
+    sens: Callable[..., float]
+
+
+def _clip_scalar(y: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, int]:
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    n_clipped = int(np.count_nonzero((y < lo) | (y > hi) | np.isnan(y)))
+    return np.clip(np.nan_to_num(y, nan=lo), lo, hi)[:, None], n_clipped
+
+
+def _nonneg_stat(y, const, bound):
+    return _clip_scalar(y, 0.0, bound)
+
+
+def _nonneg_sens(const, bound, nb):
+    return float(bound)  # both relations: |T(y) - T(y')| <= bound and |T(y)| <= bound
+
+
+def _logit(p):
+    p = np.asarray(p, dtype=np.float64)
+    return np.log(p) - np.log1p(-p)
+
+
+def _binomial_stat(y, const, bound):
+    return _clip_scalar(y, 0.0, float(const[0]))
+
+
+def _normal_stat(y, const, bound):
+    return _clip_scalar(y, -bound, bound)
+
+
+def _categorical_stat(y, const, bound):
+    k = int(bound)
+    y = np.asarray(y).reshape(-1)
+    valid = (y >= 0) & (y < k)
+    counts = np.bincount(y[valid].astype(np.int64), minlength=k).astype(np.float64)
+    return counts[None, :], int(np.count_nonzero(~valid))
+
+
+FAMILIES: dict[str, _Family] = {
+    # Poisson(mu): phi = log mu, A = mu, T = y in [0, y_max].
+    "poisson": _Family(
+        "poisson",
+        0,
+        True,
+        lambda mu, c: np.log(np.atleast_1d(mu)),
+        lambda mu, c: float(mu),
+        _nonneg_stat,
+        _nonneg_sens,
+    ),
+    # Bernoulli(p): phi = logit p, A = -log(1 - p), T = y in {0, 1}.
+    "bernoulli": _Family(
+        "bernoulli",
+        0,
+        False,
+        lambda p, c: np.atleast_1d(_logit(p)),
+        lambda p, c: float(-np.log1p(-p)),
+        lambda y, c, b: _clip_scalar(y, 0.0, 1.0),
+        lambda c, b, nb: 1.0,
+    ),
+    # Binomial(N, p) with fixed N: phi = logit p, A = -N log(1 - p), T = y in [0, N].
+    "binomial": _Family(
+        "binomial",
+        1,
+        False,
+        lambda p, c: np.atleast_1d(_logit(p)),
+        lambda p, c: float(-c[0] * np.log1p(-p)),
+        _binomial_stat,
+        lambda c, b, nb: float(c[0]),
+    ),
+    # Normal(mu, sigma) with constant sigma: phi = mu / sigma^2, A = mu^2 / (2 sigma^2),
+    # T = y in [-y_max, y_max].
+    "normal": _Family(
+        "normal",
+        0,
+        True,
+        lambda mu, c: np.atleast_1d(mu / c[1] ** 2),
+        lambda mu, c: float(mu**2 / (2.0 * c[1] ** 2)),
+        _normal_stat,
+        lambda c, b, nb: float(b) * nb.factor,
+    ),
+    # Exponential(scale s = 1 / lam): phi = -1 / s, A = log s, T = y in [0, y_max].
+    "exponential": _Family(
+        "exponential",
+        0,
+        True,
+        lambda s, c: np.atleast_1d(-1.0 / s),
+        lambda s, c: float(np.log(s)),
+        _nonneg_stat,
+        _nonneg_sens,
+    ),
+    # Gamma(alpha, scale s) with constant alpha: phi = -1 / s, A = alpha log s, T = y.
+    "gamma": _Family(
+        "gamma",
+        1,
+        True,
+        lambda s, c: np.atleast_1d(-1.0 / s),
+        lambda s, c: float(c[0] * np.log(s)),
+        _nonneg_stat,
+        _nonneg_sens,
+    ),
+    # Categorical(p) over k classes: phi = log p, A = 0, T = one-hot(y).
+    "categorical": _Family(
+        "categorical",
+        0,
+        False,
+        lambda p, c: np.log(np.asarray(p, dtype=np.float64).reshape(-1)),
+        lambda p, c: 0.0,
+        _categorical_stat,
+        lambda c, b, nb: math.sqrt(2.0) if nb is Neighbours.SUBSTITUTE else 1.0,
+    ),
+}
+
+
+@dataclass_state
+class ExpFamPenaltyMetropolisState(StepMethodState):
+    """Sampling state of :class:`ExpFamPenaltyMetropolis` (no privacy noise in it)."""
+
+    adapter: ProposalAdapter
+    tune: bool
+    _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
+
+
+def _depends_on_free(var: Any, model: pm.Model) -> bool:
+    free = set(model.free_RVs) | set(model.value_vars)
+    return any(a in free for a in ancestors([var]))
+
+
+class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
+    """Penalty Metropolis for an exponential-family likelihood at O(1) cost per step.
+
+    The model must have exactly one observed variable, of one of the :data:`FAMILIES`
+    (recognised from its PyMC op: ``pm.Poisson``, ``pm.Bernoulli``, ``pm.Binomial`` with
+    fixed ``n``, ``pm.Normal`` with constant ``sigma``, ``pm.Exponential``, ``pm.Gamma`` with
+    constant ``alpha``, ``pm.Categorical``), whose sampled parameter is a function of the free
+    variables that is the same for every datapoint (a scalar; a k-vector for Categorical).
+
+    Parameters
+    ----------
+    family : str, optional
+        Expected family name; a ValueError is raised if the model's likelihood is another.
+    data_bound : float, optional
+        Declared bound on the data: ``0 <= y <= data_bound`` (Poisson, Exponential, Gamma) or
+        ``|y| <= data_bound`` (Normal). Required by those families; datapoints outside are
+        clipped to it. Bernoulli, Binomial and Categorical have natural bounds.
+    xi : float, optional
+        Variance of the noise added to each coordinate of the sufficient statistic.
+    mu : float, optional
+        Per-step Gaussian-DP parameter; ``xi = (Delta_T / mu)^2``. Give exactly one of
+        ``xi`` and ``mu``.
+    neighbours : {"substitute", "add_remove"}, default "substitute"
+    S, scaling, tune, tune_interval, adapt, target_accept, reproducible_noise, ledger, model,
+    rng, initial_point, compile_kwargs, blocked, vars :
+        As in :class:`pymc_penalty.PenaltyMetropolis`.
+    """
+
+    name = "expfam_penalty_metropolis"
+    default_blocked = True
+    stats_dtypes_shapes = PenaltyMetropolis.stats_dtypes_shapes
+    _state_class = ExpFamPenaltyMetropolisState
+
+    def __init__(
+        self,
+        vars: list | None = None,
+        *,
+        family: str | None = None,
+        data_bound: float | None = None,
+        xi: float | None = None,
+        mu: float | None = None,
+        neighbours: str = "substitute",
+        S: np.ndarray | None = None,
+        scaling: float = 1.0,
+        tune: bool = True,
+        tune_interval: int = 100,
+        adapt: str = "full",
+        target_accept: float = 0.234,
+        reproducible_noise: bool = False,
+        ledger: Ledger | None = None,
+        model: pm.Model | None = None,
+        rng: Any = None,
+        initial_point: dict[str, np.ndarray] | None = None,
+        compile_kwargs: dict[str, Any] | None = None,
+        blocked: bool = True,
+    ) -> None:
+        model = pm.modelcontext(model)
+        if not blocked:
+            raise ValueError("`blocked` must be True: one release per step for all variables.")
+        if family is not None and family not in FAMILIES:
+            raise ValueError(
+                f"`family` must be one of {sorted(FAMILIES)}; got {family!r}. Use "
+                "pymc_penalty.PenaltyMetropolis for other likelihoods."
+            )
+        if (xi is None) == (mu is None):
+            raise ValueError("Give exactly one of `xi` (noise variance) and `mu` (per-step GDP).")
+        for arg, val in (("xi", xi), ("mu", mu), ("scaling", scaling)):
+            if val is not None and not (np.isfinite(float(val)) and float(val) > 0):
+                raise ValueError(f"`{arg}` must be a finite positive number.")
+        if adapt not in ADAPT_MODES:
+            raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
+        self.neighbours = Neighbours.parse(neighbours)
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
+        n = validate_model(model, vars)
+        if len(model.observed_RVs) != 1:
+            raise ModelNotPrivateError(
+                "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
+                f"{len(model.observed_RVs)}."
+            )
+        obs = model.observed_RVs[0]
+        op_name = getattr(obs.owner.op, "name", type(obs.owner.op).__name__)
+        if op_name not in FAMILIES:
+            raise ValueError(
+                f"The observed variable {obs.name!r} has likelihood {op_name!r}, not a supported "
+                f"exponential family ({sorted(FAMILIES)}); `family` cannot override this. Use "
+                "pymc_penalty.PenaltyMetropolis."
+            )
+        if family is not None and family != op_name:
+            raise ValueError(
+                f"`family`={family!r} but the observed variable {obs.name!r} is {op_name!r}."
+            )
+        fam = FAMILIES[op_name]
+        params = list(obs.owner.op.dist_params(obs.owner))
+        const = []
+        for i, p in enumerate(params):
+            if i == fam.varying:
+                continue
+            if _depends_on_free(p, model):
+                raise ValueError(
+                    f"The {op_name} likelihood of {obs.name!r} has a sampled parameter other "
+                    "than the supported one (e.g. Normal sigma, Gamma alpha, Binomial n): it "
+                    "must be a constant."
+                )
+            val = np.asarray(p.eval(), dtype=np.float64)
+            if val.size != 1:
+                raise ValueError(f"The constant parameters of {obs.name!r} must be scalars.")
+            const.append(float(val.reshape(-1)[0]))
+        const_full = [None] * len(params)
+        j = 0
+        for i in range(len(params)):
+            if i != fam.varying:
+                const_full[i] = const[j]
+                j += 1
+        self._const = tuple(const_full)
+        varying = params[fam.varying]
+
+        if fam.needs_bound:
+            if data_bound is None:
+                raise ValueError(
+                    f"`data_bound` is required for the {op_name} family: declare a bound on the "
+                    "data (it sets the sensitivity; values beyond it are clipped)."
+                )
+            if not (np.isfinite(float(data_bound)) and float(data_bound) > 0):
+                raise ValueError("`data_bound` must be a finite positive number.")
+            bound = float(data_bound)
+        else:
+            bound = math.nan
+        y = np.asarray(model.rvs_to_values[obs].eval())
+        if op_name == "categorical":
+            shape = tuple(int(s) for s in varying.shape.eval())
+            k = shape[-1] if shape else 0
+            if k < 2 or int(np.prod(shape)) != k:
+                raise ValueError("Categorical `p` must be one vector shared by all datapoints.")
+            bound = float(k)
+        else:
+            shape = tuple(int(s) for s in varying.shape.eval())
+            if int(np.prod(shape)) != 1:
+                raise ValueError(
+                    f"The {op_name} parameter of {obs.name!r} must be one scalar shared by "
+                    f"all datapoints (it has shape {shape}): use PenaltyMetropolis for "
+                    "regressions."
+                )
+        self.family = op_name
+        self._fam = fam
+        self.data_bound = None if fam.needs_bound is False else bound
+        self.sensitivity = fam.sens(self._const, bound, self.neighbours)
+
+        # The exact data enter here only: S = sum_i clip(T(y_i)), kept private.
+        stats_arr, n_clipped = fam.stat(y, self._const, bound)
+        self._S = np.asarray(stats_arr.sum(axis=0), dtype=np.float64)
+        self._n = int(n)
+        self._clipped_fraction_exact = n_clipped / max(n, 1)
+        del y, stats_arr, n_clipped
+
+        if mu is not None:
+            self.mu = float(mu)
+            self.xi = (self.sensitivity / self.mu) ** 2
+        else:
+            self.xi = float(xi)
+            self.mu = self.sensitivity / math.sqrt(self.xi)
+        self.reproducible_noise = bool(reproducible_noise)
+        self.private = not self.reproducible_noise
+        if self.reproducible_noise:
+            warnings.warn(
+                "reproducible_noise=True draws the privacy noise from a seeded generator: "
+                "NOT differentially private.",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+        self.ledger = ledger
+
+        # Data-free compiled function: flat point -> (log prior, varying parameter).
+        prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
+        (varying,) = model.replace_rvs_by_values([varying])
+        shared = make_shared_replacements(initial_point, vars, model)
+        (lp, par), flat = join_nonshared_inputs(
+            point=initial_point,
+            outputs=[prior, pt.cast(varying, "float64")],
+            inputs=vars,
+            shared_inputs=shared,
+        )
+        self._fn = pm_compile([flat], [pt.cast(lp, "float64"), par], **(compile_kwargs or {}))
+        self._fn.trust_input = True
+        self._input_dtype = np.dtype(flat.dtype)
+
+        size = sum(initial_point[v.name].size for v in vars)
+        S = np.ones(size) if S is None else np.asarray(S, dtype=np.float64)
+        self.tune = bool(tune)
+        self.adapter = ProposalAdapter.create(
+            S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
+        )
+        self._untuned_adapter = deepcopy(self.adapter)
+        self._cache_key: bytes | None = None  # data-free: (log prior, phi, A) at the state
+        self._cache: tuple[float, np.ndarray, float] = (math.nan, self._S * 0.0, math.nan)
+        super().__init__(vars, shared={}, blocked=True, rng=rng)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _eval(self, x: np.ndarray) -> tuple[float, np.ndarray, float]:
+        """(log prior, phi, A) at the raveled point x: data-free, O(dim) work."""
+        lp, par = self._fn(np.asarray(x, dtype=self._input_dtype))
+        lp = float(lp)
+        if not np.isfinite(lp):
+            return -math.inf, np.full(self._S.shape, np.nan), math.nan
+        with np.errstate(all="ignore"):
+            par = np.asarray(par, dtype=np.float64)
+            arg = float(par.reshape(-1)[0]) if par.size == 1 else par
+            phi = np.asarray(self._fam.phi(arg, self._const), dtype=np.float64)
+            a = self._fam.A(arg, self._const)
+        if not (np.all(np.isfinite(phi)) and np.isfinite(a)):
+            return -math.inf, phi, a
+        return lp, phi, a
+
+    # --- the step --------------------------------------------------------------------------
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One penalised step releasing a fresh noisy sufficient statistic."""
+        x0 = q0.data
+        adapter = self.adapter
+        x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        key = x0.tobytes()
+        if self._cache_key != key:
+            self._cache = self._eval(x0)
+            self._cache_key = key
+        lp0, phi0, a0 = self._cache
+        lp1, phi1, a1 = self._eval(x1)
+        stats: dict[str, Any] = {"scaling": adapter.scaling, "dp_sensitivity": self.sensitivity}
+        if not np.isfinite(lp1):
+            # Outside the prior's support: rejected without looking at the data.
+            stats.update(accept=0.0, accepted=False, dp_noise_sd=0.0, dp_mu=0.0)
+            stats.update(dp_clipped_fraction=math.nan, dp_released=False)
+            if self.tune:
+                adapter.update(x0, 0.0, False)
+            return q0, [stats]
+        dphi = phi1 - phi0
+        sigma = math.sqrt(float(dphi @ dphi) * self.xi)
+        stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
+        if self.ledger is not None and not self.ledger.try_spend(self.mu**2):
+            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=math.nan)
+            stats.update(dp_released=False, dp_mu=0.0)
+            return q0, [stats]
+
+        # Budget committed: release S_hat = S + N(0, xi I) and use it.
+        s_hat = self._S + math.sqrt(self.xi) * self._noise().standard_normal(self._S.shape)
+        d_hat = float(dphi @ s_hat) - self._n * (a1 - a0)
+        del s_hat
+        log_ratio = penalised_log_ratio(d_hat, sigma**2, lp1 - lp0)
+        u = self.rng.random()
+        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
+        x_new = x1 if decision.accepted else x0
+        if decision.accepted:
+            self._cache_key, self._cache = x1.tobytes(), (lp1, phi1, a1)
+        if self.tune:
+            adapter.update(x_new, decision.accept_prob, decision.accepted)
+        stats.update(
+            accept=decision.accept_prob,
+            accepted=decision.accepted,
+            dp_clipped_fraction=math.nan if self.private else self._clipped_fraction_exact,
+            dp_released=True,
+        )
+        return RaveledVars(x_new, q0.point_map_info), [stats]
+
+    @staticmethod
+    def competence(var: Any, has_grad: bool) -> Competence:
+        """Never chosen automatically."""
+        return Competence.INCOMPATIBLE
