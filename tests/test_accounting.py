@@ -487,3 +487,13 @@ def test_expected_acceptance_properties():
 def test_invalid_arguments_raise_value_error(call, name):
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         call()
+
+
+def test_theorem1_schedule_reports_the_tight_figure_beside_the_papers():
+    from pymc_penalty.accounting import gdp_epsilon, theorem1_schedule
+
+    sched = theorem1_schedule(10_000, 1.0, 0.5, 2.0, 1.0)
+    expected = gdp_epsilon(sched.delta, math.sqrt(sched.k) * sched.mu_step)
+    assert sched.tight_epsilon == pytest.approx(expected, rel=1e-12)
+    # Tight accounting of the same run is far below the paper's (valid) bound.
+    assert sched.tight_epsilon < 0.5 * sched.epsilon

@@ -321,10 +321,17 @@ def test_lipschitz_bound_sets_an_l1_sensitivity_and_never_clips_when_true():
             noise_sd=1.0, clip=1.0, clip_mode="lipschitz", reproducible_noise=True, rng=3
         )
     x0 = point["beta"]
+    checked = 0
     for _ in range(50):
+        before = point["beta"].copy()
         point, stats = step.step(point)
         assert stats[0]["dp_clipped_fraction"] == 0.0  # exact count in reproducible mode
-    assert not np.array_equal(point["beta"], x0)
+        if stats[0]["accepted"]:
+            # Substitute-one: Delta = 2 M ||theta' - theta||_1.
+            l1 = np.abs(point["beta"] - before).sum()
+            assert stats[0]["dp_sensitivity"] == pytest.approx(2.0 * l1, rel=1e-9)
+            checked += 1
+    assert checked > 0 and not np.array_equal(point["beta"], x0)
 
 
 def test_a_false_lipschitz_claim_is_clipped_and_counted():

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from pymc_penalty.accounting._validation import _integer, _real
+from pymc_penalty.accounting.gdp import gdp_epsilon
 
 __all__ = ["Theorem1Schedule", "theorem1_schedule"]
 
@@ -65,6 +66,14 @@ class Theorem1Schedule:
     epsilon_as_printed: float
     delta: float
     xi: float | None = None
+
+    @property
+    def tight_epsilon(self) -> float:
+        """Tight Gaussian-DP ``epsilon`` of the same ``k`` releases at the theorem's ``delta``.
+
+        What tight accounting gives for exactly this run, beside the paper's ``epsilon``.
+        """
+        return gdp_epsilon(self.delta, math.sqrt(self.k) * self.mu_step)
 
 
 def theorem1_schedule(
