@@ -25,6 +25,7 @@ from pymc.util import get_value_vars_from_user_vars
 
 from pymc_penalty.adaptation import ADAPT_MODES, PROPOSAL_KINDS, ProposalAdapter
 from pymc_penalty.kernel import (
+    PenaltyDecision,
     clip_count_noise_sd,
     penalised_log_ratio,
     penalty_decision,
@@ -323,6 +324,33 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
         return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
 
+    def _decide(
+        self,
+        x0: np.ndarray,
+        x1: np.ndarray,
+        ll1: np.ndarray,
+        logprior1: float,
+        d_hat: float,
+        noise_var: float,
+    ) -> tuple[np.ndarray, PenaltyDecision]:
+        """Penalised test on a release; update the cache, the proposal and its adaptation."""
+        log_ratio = penalised_log_ratio(
+            d_hat, noise_var, logprior1 - self._cache_logprior, penalty=self._apply_penalty
+        )
+        u = self.rng.random()
+        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
+        if decision.accepted:
+            self._cache_key = x1.tobytes()
+            self._cache_ll = ll1
+            self._cache_logprior = logprior1
+            x_new = x1
+        else:
+            x_new = x0
+        self.adapter.after_decision(decision.accepted)
+        if self.tune:
+            self.adapter.update(x_new, decision.accept_prob, decision.accepted)
+        return x_new, decision
+
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised Metropolis step in the raveled parameter space."""
         x0 = q0.data
@@ -360,21 +388,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             clipped_fraction = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
 
-        log_ratio = penalised_log_ratio(
-            d_hat, sigma**2, logprior1 - self._cache_logprior, penalty=self._apply_penalty
-        )
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        if decision.accepted:
-            self._cache_key = x1.tobytes()
-            self._cache_ll = ll1
-            self._cache_logprior = logprior1
-            x_new = x1
-        else:
-            x_new = x0
-        adapter.after_decision(decision.accepted)
-        if self.tune:
-            adapter.update(x_new, decision.accept_prob, decision.accepted)
+        x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,

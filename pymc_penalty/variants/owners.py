@@ -34,8 +34,6 @@ from pymc.blocking import RaveledVars
 from pymc_penalty.accounting import gdp_epsilon
 from pymc_penalty.kernel import (
     clip_count_noise_sd,
-    penalised_log_ratio,
-    penalty_decision,
     split_step_mu,
 )
 from pymc_penalty.sensitivity import clip_bound, l2_sensitivity, step_length
@@ -236,20 +234,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             clipped_fraction = math.nan
         del ratio, owner_sums, owner_clipped  # exact values: never to leave this function
 
-        log_ratio = penalised_log_ratio(
-            d_hat, total_var, logprior1 - self._cache_logprior, penalty=self._apply_penalty
-        )
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        if decision.accepted:
-            self._cache_key = x1.tobytes()
-            self._cache_ll = ll1
-            self._cache_logprior = logprior1
-            x_new = x1
-        else:
-            x_new = x0
-        if self.tune:
-            adapter.update(x_new, decision.accept_prob, decision.accepted)
+        x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, total_var)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
