@@ -267,3 +267,23 @@ def test_errors_name_the_argument():
         pm.Poisson("z", lam, observed=y)
         with pytest.raises(ModelNotPrivateError, match="exactly one observed"):
             ExpFamPenaltyMetropolis(data_bound=5, xi=1.0)
+
+
+def test_out_of_support_proposals_are_ordinary_rejections_not_refusals():
+    """dp_released=False means "refused by the ledger" (it stops the run and trims the
+    result); a proposal outside a data-free Potential's support must not look like one."""
+    y = np.random.default_rng(8).poisson(2.0, size=200)
+    with pm.Model() as model:
+        lam = pm.Gamma("lam", alpha=2.0, beta=1.0)
+        pm.Poisson("y", lam, observed=y)
+        pm.Potential("upper", pm.math.switch(lam < 2.2, 0.0, -np.inf))
+        step = ExpFamPenaltyMetropolis(xi=1.0, data_bound=20.0, scaling=2.0, tune=False, rng=2)
+    point = model.initial_point()
+    point["lam_log__"] = np.log(2.0)
+    rejected = 0
+    for _ in range(100):
+        point, st = step.step(point)
+        assert st[0]["dp_released"]
+        assert float(np.exp(point["lam_log__"])) < 2.2
+        rejected += not st[0]["accepted"]
+    assert rejected > 0

@@ -419,13 +419,9 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         lp0, phi0, a0 = self._cache
         lp1, phi1, a1 = self._eval(x1)
         stats: dict[str, Any] = {"scaling": adapter.scaling, "dp_sensitivity": self.sensitivity}
-        if not np.isfinite(lp1):
-            # Outside the prior's support: rejected without looking at the data.
-            stats.update(accept=0.0, accepted=False, dp_noise_sd=0.0, dp_mu=0.0)
-            stats.update(dp_clipped_fraction=math.nan, dp_released=False)
-            if self.tune:
-                adapter.update(x0, 0.0, False)
-            return q0, [stats]
+        # A proposal outside the prior's support is released and rejected like any other
+        # (its ratio is NaN -> -inf): ``dp_released=False`` must keep meaning "refused by the
+        # ledger", which is what stops the run and trims the result.
         dphi = phi1 - phi0
         sigma = math.sqrt(float(dphi @ dphi) * self.xi)
         stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
