@@ -53,6 +53,9 @@ class PenaltyLikelihood:
         A point giving the shapes of ``value_vars``.
     compile_kwargs : dict, optional
         Passed to :func:`pymc.pytensorf.compile` (e.g. ``mode``).
+    segments : tuple of (ndarray, int), optional
+        ``(index, n_segments)``: return the clipped sums and clip counts per segment (for
+        instance per data owner) instead of their totals, computed in the same call.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class PenaltyLikelihood:
         value_vars: Sequence[Variable],
         point: dict[str, np.ndarray],
         compile_kwargs: dict[str, Any] | None = None,
+        segments: tuple[np.ndarray, int] | None = None,
     ) -> None:
         obs_terms = model.logp(vars=model.observed_RVs, sum=False)
         per_point = _per_datapoint(obs_terms[0])
@@ -76,8 +80,17 @@ class PenaltyLikelihood:
         ratio = pt.cast(ll - ll_current, "float64")
         # A NaN ratio (both points impossible for a datapoint) counts as clipped at -bound.
         ratio = pt.switch(pt.isnan(ratio), -bound, ratio)
-        clipped_sum = pt.clip(ratio, -bound, bound).sum()
-        n_clipped = (pt.abs(ratio) > bound).sum()
+        clipped = pt.clip(ratio, -bound, bound)
+        over = pt.abs(ratio) > bound
+        self.segmented = segments is not None
+        if segments is None:
+            clipped_sum, n_clipped = clipped.sum(), over.sum()
+        else:
+            index = pt.constant(np.asarray(segments[0], dtype=np.int64))
+            n_seg = int(segments[1])
+            clipped_sum = pt.inc_subtensor(pt.zeros(n_seg, dtype="float64")[index], clipped)
+            counts = pt.zeros(n_seg, dtype="int64")[index]
+            n_clipped = pt.inc_subtensor(counts, over.astype("int64"))
         kwargs = dict(compile_kwargs or {})
         # Exact: evaluate f once after selecting in switch(c, f(a), f(b)) (see rewrites.py).
         kwargs["mode"] = get_mode(kwargs.get("mode")).including(LIFT_UNARY_THROUGH_SWITCH)
@@ -92,7 +105,7 @@ class PenaltyLikelihood:
 
     def evaluate(
         self, x: np.ndarray, ll_current: np.ndarray, bound: float
-    ) -> tuple[np.ndarray, float, int, float]:
+    ) -> tuple[np.ndarray, Any, Any, float]:
         """Evaluate at the raveled point ``x`` against the cached current vector.
 
         Parameters
@@ -108,9 +121,9 @@ class PenaltyLikelihood:
         -------
         ll : ndarray
             Per-datapoint log-likelihood at ``x``.
-        clipped_sum : float
+        clipped_sum : float (ndarray per segment when segmented)
             Sum of the ratios clipped to ``[-bound, bound]``.
-        n_clipped : int
+        n_clipped : int (ndarray per segment when segmented)
             Number of ratios outside ``[-bound, bound]``.
         logprior : float
             Log prior density at ``x`` with Jacobians and data-free Potentials.
@@ -126,6 +139,8 @@ class PenaltyLikelihood:
                 "details are withheld because they may contain data values. Reproduce the "
                 "failure outside PenaltyMetropolis (e.g. model.compile_logp()) to debug it."
             ) from None
+        if self.segmented:
+            return ll, clipped_sum, n_clipped, float(logprior)
         return ll, float(clipped_sum), int(n_clipped), float(logprior)
 
     def initial(self, x: np.ndarray, n: int) -> tuple[np.ndarray, float]:

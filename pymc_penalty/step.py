@@ -168,6 +168,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         "dp_released": (bool, []),
     }
     _state_class = PenaltyMetropolisState
+    # (index, count) to release per-segment clipped sums; set by the owners variant.
+    _segments: tuple[np.ndarray, int] | None = None
 
     def __init__(
         self,
@@ -294,7 +296,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         )
         self.adapter = adapter
         self._untuned_adapter = deepcopy(adapter)
-        self._lik = PenaltyLikelihood(model, vars, initial_point, compile_kwargs)
+        self._lik = PenaltyLikelihood(
+            model, vars, initial_point, compile_kwargs, segments=self._segments
+        )
         self._cache_key: bytes | None = None
         self._cache_ll: np.ndarray | None = None
         self._cache_logprior = 0.0

@@ -137,6 +137,8 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
                 raise ValueError("`noise_sd` must be finite positive number(s), in (0, inf).")
             owner_sd = np.broadcast_to(sd, (n_owners,)).astype(np.float64)
             noise_sd = float(owner_sd.min())  # the parent validates this one
+        # Per-owner clipped sums and clip counts come out of the one compiled call.
+        self._segments = (owners_arr, n_owners)
         super().__init__(vars, noise_sd=noise_sd, **kwargs)
         if owners_arr.shape[0] != self._n:
             raise ValueError(
@@ -212,16 +214,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         key = x0.tobytes()
         if self._cache_key != key:
             self._refresh_cache(x0, key)
-        ll1, _, _, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
-        # Same arithmetic as the compiled graph: difference in the likelihood dtype, then cast.
-        ratio = np.asarray(ll1 - self._cache_ll, dtype=np.float64)
-        ratio[np.isnan(ratio)] = -bound
-        owner_sums = np.bincount(
-            self.owners, weights=np.clip(ratio, -bound, bound), minlength=self.n_owners
-        )
-        owner_clipped = np.bincount(
-            self.owners, weights=np.abs(ratio) > bound, minlength=self.n_owners
-        )
+        ll1, owner_sums, owner_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
         noise = self._noise()
         d_hat = float(np.sum(owner_sums + sigmas * noise.standard_normal(self.n_owners)))
         n = ll1.shape[0]
@@ -232,7 +225,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             clipped_fraction = float(noisy.sum()) / n
         else:
             clipped_fraction = math.nan
-        del ratio, owner_sums, owner_clipped  # exact values: never to leave this function
+        del owner_sums, owner_clipped  # exact values: never to leave this function
 
         x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, total_var)
         stats.update(
