@@ -332,11 +332,9 @@ def gaussian_epsilon(
     """
     mu_step = _real("mu_step", mu_step, low=0.0)
     count = _integer("count", count)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    accountant = _choice("accountant", accountant, _ACCOUNTANTS)
-    rdp_conversion = _choice("rdp_conversion", rdp_conversion, ("improved", "standard"))
-    advanced_per_step = _choice("advanced_per_step", advanced_per_step, ("classical", "tight"))
-    orders = _check_orders(rdp_orders)
+    delta, accountant, rdp_conversion, orders, advanced_per_step = _check_options(
+        delta, accountant, rdp_conversion, rdp_orders, advanced_per_step
+    )
     mu_sq = count * mu_step * mu_step
     if accountant == "gdp":
         return gdp_epsilon(delta, math.sqrt(mu_sq))
@@ -345,6 +343,23 @@ def gaussian_epsilon(
     if accountant == "rdp":
         return _rdp_gaussian_epsilon(mu_sq, delta, rdp_conversion, orders)
     return _advanced_epsilon(mu_step, count, delta, advanced_per_step)
+
+
+def _check_options(
+    delta: float,
+    accountant: str,
+    rdp_conversion: str,
+    rdp_orders: Iterable[float] | np.ndarray | None,
+    advanced_per_step: str,
+) -> tuple[float, str, str, np.ndarray | None, str]:
+    """Validate the options shared by :func:`gaussian_epsilon` and :func:`iterations_allowed`."""
+    return (
+        _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True),
+        _choice("accountant", accountant, _ACCOUNTANTS),
+        _choice("rdp_conversion", rdp_conversion, ("improved", "standard")),
+        _check_orders(rdp_orders),
+        _choice("advanced_per_step", advanced_per_step, ("classical", "tight")),
+    )
 
 
 def _check_orders(orders) -> np.ndarray | None:
@@ -400,11 +415,9 @@ def iterations_allowed(
     """
     mu_step = _real("mu_step", mu_step, low=0.0, low_open=True)
     epsilon = _real("epsilon", epsilon, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    accountant = _choice("accountant", accountant, _ACCOUNTANTS)
-    rdp_conversion = _choice("rdp_conversion", rdp_conversion, ("improved", "standard"))
-    advanced_per_step = _choice("advanced_per_step", advanced_per_step, ("classical", "tight"))
-    orders = _check_orders(rdp_orders)
+    delta, accountant, rdp_conversion, orders, advanced_per_step = _check_options(
+        delta, accountant, rdp_conversion, rdp_orders, advanced_per_step
+    )
     if accountant == "gdp":
         total_sq = _gdp_mu(epsilon, delta) ** 2
     elif accountant == "zcdp":
