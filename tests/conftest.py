@@ -58,3 +58,16 @@ def posterior_check(
     p = float(stats.kstest(sample, cdf).pvalue)
     ok = p > ks_alpha and err < n_mcse * mcse
     return ok, f"KS p={p:.3g} on {sample.size} thinned draws; |mean err|={err:.3g}, MCSE={mcse:.3g}"
+
+
+def data_strings(values: np.ndarray) -> list[str]:
+    """A few ways a data value could be printed (precise enough never to collide by chance)."""
+    out = []
+    for v in np.asarray(values, dtype=float).ravel():
+        out += [f"{v:.6f}", f"{v:.8g}", repr(float(v))]
+    return out
+
+
+def leaked_strings(text: str, values: np.ndarray) -> list[str]:
+    """The printed forms of ``values`` that occur in ``text`` (empty when nothing leaked)."""
+    return [s for s in data_strings(values) if s in text]

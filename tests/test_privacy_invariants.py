@@ -16,6 +16,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from conftest import leaked_strings
 from pymc.step_methods.compound import Competence
 
 import pymc_penalty
@@ -114,18 +115,6 @@ def find_leaks(idata, data_values: np.ndarray, leaky_names=("eta", "eta_raw", "X
         extra = set(idata.sample_stats.data_vars) - STEP_STATS
         found += [f"sample_stats/{name}" for name in sorted(extra)]
     return found
-
-
-def data_strings(values: np.ndarray) -> list[str]:
-    """A few ways a data value could be printed (precise enough never to collide by chance)."""
-    out = []
-    for v in np.asarray(values, dtype=float).ravel():
-        out += [f"{v:.6f}", f"{v:.8g}", repr(float(v))]
-    return out
-
-
-def leaked_strings(text: str, values: np.ndarray) -> list[str]:
-    return [s for s in data_strings(values) if s in text]
 
 
 # --------------------------------------------------------------------------------------------

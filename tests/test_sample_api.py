@@ -9,6 +9,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import leaked_strings
 
 import pymc_penalty
 from pymc_penalty import PrivacyBudget, PrivacyLedger, PrivateSamplingError
@@ -44,13 +45,6 @@ def model(data):
         m = pm.Normal("m", 0.0, 5.0)
         pm.Normal("y", m, 1.0, observed=data)
     return model
-
-
-def data_strings(values: np.ndarray) -> list[str]:
-    out = []
-    for v in np.asarray(values, dtype=float).ravel():
-        out += [f"{v:.6f}", f"{v:.8g}", repr(float(v))]
-    return out
 
 
 def fail_after(monkeypatch, calls: int) -> None:
@@ -146,7 +140,7 @@ def test_failure_mid_run_reports_the_spent_budget(model, data, cores, monkeypatc
     # The error (and its chain, worker tracebacks included) withholds the data values.
     text = "".join(traceback.format_exception(err.value))
     assert "withheld" in text
-    assert [s for s in data_strings(data) if s in text] == []
+    assert leaked_strings(text, data) == []
 
 
 @pytest.mark.parametrize("cores", [1, 2])
