@@ -328,6 +328,11 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
         return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
 
+    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
+        """Draw a proposal in the input dtype; return it with the length its bound scales by."""
+        x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        return x1, step_length(self.clip_mode, np.asarray(x1, dtype=np.float64) - x0)
+
     def _decide(
         self,
         x0: np.ndarray,
@@ -359,9 +364,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         """One penalised Metropolis step in the raveled parameter space."""
         x0 = q0.data
         adapter = self.adapter
-        x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
-        diff = np.asarray(x1, dtype=np.float64) - x0
-        length = step_length(self.clip_mode, diff)
+        x1, length = self._propose(x0)
         bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
         stats = {
             "scaling": adapter.scaling,

@@ -36,7 +36,7 @@ from pymc_penalty.kernel import (
     clip_count_noise_sd,
     split_step_mu,
 )
-from pymc_penalty.sensitivity import clip_bound, l2_sensitivity, step_length
+from pymc_penalty.sensitivity import clip_bound, l2_sensitivity
 from pymc_penalty.step import PenaltyMetropolis
 
 __all__ = ["MultiOwnerPenaltyMetropolis", "owner_report", "validate_owners"]
@@ -191,9 +191,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         """One penalised step: each owner releases its own noisy clipped sum."""
         x0 = q0.data
         adapter = self.adapter
-        x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
-        diff = np.asarray(x1, dtype=np.float64) - x0
-        length = step_length(self.clip_mode, diff)
+        x1, length = self._propose(x0)
         bound, delta, sigmas, count_sd, mu_owners, mu_out = self._owner_noise(length)
         step_mu = float(np.max(mu_owners))
         total_var = float(np.sum(sigmas**2))
