@@ -21,7 +21,7 @@ import math
 import warnings
 from collections.abc import Callable
 from copy import deepcopy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,7 @@ from pymc.blocking import RaveledVars
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence, StepMethodState
-from pymc.step_methods.state import dataclass_state
+from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 from pytensor.graph.traversal import ancestors
 
@@ -41,7 +40,7 @@ from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
 from pymc_penalty.model_checks import ModelNotPrivateError, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import Neighbours
-from pymc_penalty.step import Ledger, NotPrivateWarning, PenaltyMetropolis
+from pymc_penalty.step import Ledger, NotPrivateWarning, PenaltyMetropolis, PenaltyMetropolisState
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
 
@@ -175,15 +174,6 @@ FAMILIES: dict[str, _Family] = {
 }
 
 
-@dataclass_state
-class ExpFamPenaltyMetropolisState(StepMethodState):
-    """Sampling state of :class:`ExpFamPenaltyMetropolis` (no privacy noise in it)."""
-
-    adapter: ProposalAdapter
-    tune: bool
-    _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
-
-
 def _depends_on_free(var: Any, model: pm.Model) -> bool:
     free = set(model.free_RVs) | set(model.value_vars)
     return any(a in free for a in ancestors([var]))
@@ -220,7 +210,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     name = "expfam_penalty_metropolis"
     default_blocked = True
     stats_dtypes_shapes = PenaltyMetropolis.stats_dtypes_shapes
-    _state_class = ExpFamPenaltyMetropolisState
+    _state_class = PenaltyMetropolisState
 
     def __init__(
         self,
