@@ -2,5 +2,13 @@
 
 from pymc_penalty.variants.expfam import FAMILIES, ExpFamPenaltyMetropolis
 from pymc_penalty.variants.owners import MultiOwnerPenaltyMetropolis, owner_report
+from pymc_penalty.variants.statistic import DeclarationMismatchError, SufficientStatistic
 
-__all__ = ["FAMILIES", "ExpFamPenaltyMetropolis", "MultiOwnerPenaltyMetropolis", "owner_report"]
+__all__ = [
+    "FAMILIES",
+    "DeclarationMismatchError",
+    "ExpFamPenaltyMetropolis",
+    "MultiOwnerPenaltyMetropolis",
+    "SufficientStatistic",
+    "owner_report",
+]

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import RaveledVars
 from pymc.pytensorf import compile as pm_compile
@@ -41,6 +42,7 @@ from pymc_penalty.model_checks import ModelNotPrivateError, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import Ledger, NotPrivateWarning, PenaltyMetropolis, PenaltyMetropolisState
+from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
 
@@ -192,6 +194,13 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     ----------
     family : str, optional
         Expected family name; a ValueError is raised if the model's likelihood is another.
+    statistic : SufficientStatistic, optional
+        Declare the exponential family yourself, for a likelihood that is not recognised (any
+        single observed variable). ``family`` and ``data_bound`` must then be omitted: the
+        declaration's ``bound`` sets the sensitivity.
+    check_statistic : bool, default True
+        With ``statistic``, check the declaration against the model's log-likelihood on
+        synthetic data drawn from the model's prior predictive (never on the real data).
     data_bound : float, optional
         Declared bound on the data: ``0 <= y <= data_bound`` (Poisson, Exponential, Gamma) or
         ``|y| <= data_bound`` (Normal). Required by those families; datapoints outside are
@@ -217,6 +226,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         vars: list | None = None,
         *,
         family: str | None = None,
+        statistic: SufficientStatistic | None = None,
+        check_statistic: bool = True,
         data_bound: float | None = None,
         xi: float | None = None,
         mu: float | None = None,
@@ -262,6 +273,24 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 f"{len(model.observed_RVs)}."
             )
         obs = model.observed_RVs[0]
+        self._declared = statistic
+        if statistic is not None:
+            if not isinstance(statistic, SufficientStatistic):
+                raise TypeError("`statistic` must be a pymc_penalty.variants.SufficientStatistic.")
+            if family is not None or data_bound is not None:
+                raise ValueError(
+                    "With `statistic`, omit `family` and `data_bound`: the declaration's "
+                    "`bound` sets the sensitivity."
+                )
+            self._init_declared(model, obs, vars, initial_point, n, compile_kwargs)
+            if check_statistic:
+                self._check_declared(model, obs, vars, initial_point)
+            self._finish_init(model, vars, initial_point, xi, mu, reproducible_noise, ledger)
+            self._init_proposal(
+                initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+            )
+            super().__init__(vars, shared={}, blocked=True, rng=rng)
+            return
         op_name = getattr(obs.owner.op, "name", type(obs.owner.op).__name__)
         if op_name not in FAMILIES:
             raise ValueError(
@@ -336,6 +365,75 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._clipped_fraction_exact = n_clipped / max(n, 1)
         del y, stats_arr, n_clipped
 
+        self._finish_init(model, vars, initial_point, xi, mu, reproducible_noise, ledger)
+        # Data-free compiled function: flat point -> (log prior, varying parameter).
+        (varying,) = model.replace_rvs_by_values([varying])
+        self._compile_params(model, vars, initial_point, [varying], compile_kwargs)
+        self._init_proposal(
+            initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+        )
+        super().__init__(vars, shared={}, blocked=True, rng=rng)
+
+    # --- construction helpers ---------------------------------------------------------------
+
+    def _compile_params(self, model, vars, initial_point, params, compile_kwargs) -> None:
+        """Compile the data-free map: flat point -> (log prior, *params as float64)."""
+        prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
+        shared = make_shared_replacements(initial_point, vars, model)
+        outs, flat = join_nonshared_inputs(
+            point=initial_point,
+            outputs=[prior, *[pt.cast(p, "float64") for p in params]],
+            inputs=vars,
+            shared_inputs=shared,
+        )
+        outs = [pt.cast(outs[0], "float64"), *outs[1:]]
+        self._fn = pm_compile([flat], outs, **(compile_kwargs or {}))
+        self._fn.trust_input = True
+        self._input_dtype = np.dtype(flat.dtype)
+
+    def _init_declared(self, model, obs, vars, initial_point, n, compile_kwargs) -> None:
+        """Set up the user-declared family: the clipped sum of ``T`` and the parameter map."""
+        declared = self._declared
+        self.family = "declared"
+        self._fam = None
+        self._const = ()
+        self.data_bound = float(declared.bound)
+        self.sensitivity = declared.sensitivity(self.neighbours is Neighbours.SUBSTITUTE)
+        self._param_names = [rv.name for rv in model.free_RVs]
+        # The exact data enter here only: S = sum_i clip(T(y_i)), kept private.
+        y = np.asarray(model.rvs_to_values[obs].eval())
+        total, n_clipped = declared.clipped_sum(y)
+        self._S = np.asarray(total, dtype=np.float64)
+        self._n = int(n)
+        self._clipped_fraction_exact = n_clipped / max(n, 1)
+        del y, total, n_clipped
+        free = model.replace_rvs_by_values(list(model.free_RVs))
+        self._compile_params(model, vars, initial_point, free, compile_kwargs)
+
+    def _check_declared(self, model, obs, vars, initial_point) -> None:
+        """Compare the declaration with the model's log-likelihood on prior-predictive data."""
+        y_syn = np.asarray(pm.draw(obs, random_seed=20261120))
+        value = model.rvs_to_values[obs]
+        y_sym = value.type()
+        (ll,) = model.logp(vars=[obs], sum=False)
+        ll = pytensor.graph_replace(ll, {value: y_sym}, strict=False)
+        shared = make_shared_replacements(initial_point, vars, model)
+        (ll,), flat = join_nonshared_inputs(
+            point=initial_point, outputs=[ll], inputs=vars, shared_inputs=shared
+        )
+        ll_fn = pm_compile([flat, y_sym], ll)
+        rng = np.random.default_rng(20261120)
+        x0 = np.concatenate([np.ravel(initial_point[v.name]) for v in vars])
+        points, lls = [], []
+        for _ in range(4):
+            x = (x0 + rng.normal(0.0, 0.5, size=x0.shape)).astype(self._input_dtype)
+            _, *vals = self._fn(x)
+            points.append(dict(zip(self._param_names, vals, strict=True)))
+            lls.append(np.asarray(ll_fn(x, y_syn.astype(value.dtype)), dtype=np.float64))
+        check_declaration(self._declared, points, lls, y_syn)
+
+    def _finish_init(self, model, vars, initial_point, xi, mu, reproducible_noise, ledger) -> None:
+        """Noise scale from ``xi`` or ``mu``; noise source; ledger."""
         if mu is not None:
             self.mu = float(mu)
             self.xi = (self.sensitivity / self.mu) ** 2
@@ -349,24 +447,14 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 "reproducible_noise=True draws the privacy noise from a seeded generator: "
                 "NOT differentially private.",
                 NotPrivateWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         self.ledger = ledger
 
-        # Data-free compiled function: flat point -> (log prior, varying parameter).
-        prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
-        (varying,) = model.replace_rvs_by_values([varying])
-        shared = make_shared_replacements(initial_point, vars, model)
-        (lp, par), flat = join_nonshared_inputs(
-            point=initial_point,
-            outputs=[prior, pt.cast(varying, "float64")],
-            inputs=vars,
-            shared_inputs=shared,
-        )
-        self._fn = pm_compile([flat], [pt.cast(lp, "float64"), par], **(compile_kwargs or {}))
-        self._fn.trust_input = True
-        self._input_dtype = np.dtype(flat.dtype)
-
+    def _init_proposal(
+        self, initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+    ) -> None:
+        """The adaptive random-walk proposal and the data-free cache."""
         size = sum(initial_point[v.name].size for v in vars)
         S = np.ones(size) if S is None else np.asarray(S, dtype=np.float64)
         self.tune = bool(tune)
@@ -376,21 +464,23 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._untuned_adapter = deepcopy(self.adapter)
         self._cache_key: bytes | None = None  # data-free: (log prior, phi, A) at the state
         self._cache: tuple[float, np.ndarray, float] = (math.nan, self._S * 0.0, math.nan)
-        super().__init__(vars, shared={}, blocked=True, rng=rng)
 
     # --- helpers ---------------------------------------------------------------------------
 
     def _eval(self, x: np.ndarray) -> tuple[float, np.ndarray, float]:
         """(log prior, phi, A) at the raveled point x: data-free, O(dim) work."""
-        lp, par = self._fn(np.asarray(x, dtype=self._input_dtype))
+        lp, *pars = self._fn(np.asarray(x, dtype=self._input_dtype))
         lp = float(lp)
         if not np.isfinite(lp):
             return -math.inf, np.full(self._S.shape, np.nan), math.nan
         with np.errstate(all="ignore"):
-            par = np.asarray(par, dtype=np.float64)
-            arg = float(par.reshape(-1)[0]) if par.size == 1 else par
-            phi = np.asarray(self._fam.phi(arg, self._const), dtype=np.float64)
-            a = self._fam.A(arg, self._const)
+            if self._declared is not None:
+                phi, a = self._declared.parameters(dict(zip(self._param_names, pars, strict=True)))
+            else:
+                par = np.asarray(pars[0], dtype=np.float64)
+                arg = float(par.reshape(-1)[0]) if par.size == 1 else par
+                phi = np.asarray(self._fam.phi(arg, self._const), dtype=np.float64)
+                a = self._fam.A(arg, self._const)
         if not (np.all(np.isfinite(phi)) and np.isfinite(a)):
             return -math.inf, phi, a
         return lp, phi, a
