@@ -1,12 +1,15 @@
 """pymc-penalty: differentially private Bayesian inference for PyMC (the penalty algorithm)."""
 
+from pymc_penalty import diagnostics
 from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
 from pymc_penalty.api import PrivateSamplingError, sample
 from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
 from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
+from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
+from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis
 
@@ -26,8 +29,15 @@ __all__ = [
     "attach_report",
     "build_report",
     "calibrate",
+    "diagnostics",
+    "epsilon_curve",
     "expected_acceptance",
     "gdp_epsilon",
     "gdp_mu",
+    "plot_epsilon",
+    "plot_privacy",
+    "recycled_mean",
+    "recycled_summary",
+    "recycled_terms",
     "sample",
 ]

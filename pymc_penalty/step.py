@@ -42,7 +42,10 @@ from pymc_penalty.sensitivity import (
     step_length,
 )
 
-__all__ = ["NotPrivateWarning", "PenaltyMetropolis"]
+__all__ = ["PROPOSAL_STAT", "NotPrivateWarning", "PenaltyMetropolis", "declare_proposal_stat"]
+
+#: Name of the sample statistic that records each step's proposal.
+PROPOSAL_STAT = "proposal"
 
 
 class NotPrivateWarning(UserWarning):
@@ -67,6 +70,21 @@ def _check_positive(name: str, value: float | None, *, allow_none: bool = False)
         raise ValueError(f"`{name}` must be a finite positive number.") from None
     if not np.isfinite(fval) or fval <= 0.0:
         raise ValueError(f"`{name}` must be a finite positive number, in (0, inf).")
+
+
+def declare_proposal_stat(step: Any, size: int) -> None:
+    """Give the step's ``proposal`` statistic its length (the raveled parameter size).
+
+    The proposal is the current state plus a move drawn from the step's own generator (no data
+    enter it), so recording it releases nothing new; :mod:`pymc_penalty.recycling` uses it.
+    PyMC's default (NDArray) trace stores a non-scalar statistic only with dtype ``object``;
+    its InferenceData conversion stacks the entries into a float array with dims
+    ``(chain, draw, proposal_dim_0)``.
+    """
+    shapes = dict(step.stats_dtypes_shapes)
+    shapes[PROPOSAL_STAT] = (object, [int(size)])
+    step.stats_dtypes_shapes = shapes
+    step.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
 
 
 @dataclass_state
@@ -166,6 +184,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         "dp_mu": (np.float64, []),
         "dp_clipped_fraction": (np.float64, []),
         "dp_released": (bool, []),
+        # The step's proposal in the raveled, unconstrained space (its length is set per
+        # instance by `declare_proposal_stat`): data-independent, for waste recycling.
+        PROPOSAL_STAT: (object, [None]),
     }
     _state_class = PenaltyMetropolisState
     # (index, count) to release per-segment clipped sums; set by the owners variant.
@@ -304,6 +325,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._cache_logprior = 0.0
         self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
+        declare_proposal_stat(self, size)
 
     # --- the step ------------------------------------------------------------------------
 
@@ -371,6 +393,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             "dp_noise_sd": sigma,
             "dp_sensitivity": delta,
             "dp_mu": step_mu,
+            PROPOSAL_STAT: x1.copy(),
         }
 
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):

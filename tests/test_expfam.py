@@ -34,6 +34,43 @@ def test_poisson_gamma_exact():
     assert np.all(idata.sample_stats["dp_noise_sd"].values > 0)
 
 
+@pytest.mark.slow
+def test_add_remove_releases_the_count_and_stays_exact():
+    # Under add/remove-one, n is released with S: the noise variance gains (A' - A)^2 xi, which
+    # dominates here (|d log lam| << |d lam|), so a wrong penalty would bias the chain.
+    y = np.random.default_rng(1).poisson(3.0, size=200)
+    with pm.Model() as model:
+        lam = pm.Gamma("lam", 2.0, 1.0)
+        pm.Poisson("y", lam, observed=y)
+        step = ExpFamPenaltyMetropolis(
+            data_bound=50, xi=400.0, neighbours="add_remove", reproducible_noise=True
+        )
+    assert step.sensitivity == pytest.approx(np.hypot(50.0, 1.0))
+    idata = _sample(model, step)
+    a, b = 2.0 + y.sum(), 1.0 + y.size
+    ok, msg = posterior_check(idata.posterior["lam"].values, stats.gamma(a, scale=1 / b).cdf, a / b)
+    assert ok, msg
+    assert float(np.median(idata.sample_stats["dp_noise_sd"].values)) > 1.0
+
+
+@pytest.mark.slow
+def test_dirichlet_multinomial_exact():
+    y = np.random.default_rng(4).multinomial(4, [0.2, 0.3, 0.5], size=60)
+    y[0] = [5, -1, 0]  # not a count vector: contributes nothing and counts as clipped
+    with pm.Model() as model:
+        p = pm.Dirichlet("p", np.ones(3))
+        pm.Multinomial("y", n=4, p=p, observed=y)
+        step = ExpFamPenaltyMetropolis(xi=4.0, reproducible_noise=True)
+    assert step.family == "multinomial" and step.sensitivity == pytest.approx(4 * 2**0.5)
+    assert step._clipped_fraction_exact == pytest.approx(1 / 60)
+    idata = _sample(model, step)
+    alpha = 1.0 + y[1:].sum(axis=0)
+    a, b = alpha[0], alpha.sum() - alpha[0]
+    draws = idata.posterior["p"].values[..., 0]
+    ok, msg = posterior_check(draws, stats.beta(a, b).cdf, a / (a + b))
+    assert ok, msg
+
+
 def test_beta_bernoulli_exact():
     y = (np.random.default_rng(2).random(150) < 0.3).astype(int)
     with pm.Model() as model:
@@ -83,6 +120,9 @@ def _family_models():
     with pm.Model() as cat:
         pv = pm.Dirichlet("pv", np.ones(4))
         pm.Categorical("y", p=pv, observed=rng.integers(0, 4, 30))
+    with pm.Model() as multi:
+        pv = pm.Dirichlet("pv", np.ones(3))
+        pm.Multinomial("y", n=5, p=pv, observed=rng.multinomial(5, [0.2, 0.3, 0.5], 30))
     return {
         "poisson": (poisson, 100.0),
         "bernoulli": (bern_logit, None),
@@ -91,6 +131,7 @@ def _family_models():
         "exponential": (expo, 100.0),
         "gamma": (gamma, 100.0),
         "categorical": (cat, None),
+        "multinomial": (multi, None),
     }
 
 
@@ -189,7 +230,8 @@ def test_normal_sensitivity_follows_neighbours():
         pm.Normal("y", m, 1.0, observed=np.zeros(10))
         sub = ExpFamPenaltyMetropolis(data_bound=3.0, mu=1.0)
         add = ExpFamPenaltyMetropolis(data_bound=3.0, mu=1.0, neighbours="add_remove")
-    assert sub.sensitivity == 6.0 and add.sensitivity == 3.0
+    # Add/remove also releases the count n: the statistic is (y, 1), of norm <= hypot(3, 1).
+    assert sub.sensitivity == 6.0 and add.sensitivity == pytest.approx(10**0.5)
 
 
 def _poisson_step(n):

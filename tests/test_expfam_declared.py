@@ -101,8 +101,8 @@ def test_sum_is_clipped_to_the_bound_and_sensitivity_follows_neighbours():
         add = ExpFamPenaltyMetropolis(
             statistic=_declaration(bound=4.0), mu=1.0, neighbours="add_remove"
         )
-    assert sub.sensitivity == 8.0 and add.sensitivity == 4.0
-    assert sub.xi == pytest.approx(64.0) and add.xi == pytest.approx(16.0)
+    assert sub.sensitivity == 8.0 and add.sensitivity == pytest.approx(17**0.5)
+    assert sub.xi == pytest.approx(64.0) and add.xi == pytest.approx(17.0)
 
 
 def test_declaration_errors_name_the_argument_and_hide_the_data():

@@ -42,6 +42,7 @@ STEP_STATS = {
     "dp_mu",
     "dp_clipped_fraction",
     "dp_released",
+    "proposal",  # data-independent: the current state plus a move from the step's generator
 }
 DATA_GROUPS = {"observed_data", "constant_data", "log_likelihood", "predictions_constant_data"}
 

@@ -38,9 +38,13 @@ def test_stats_are_the_declared_ones_and_never_exact(normal_model):
         "dp_mu",
         "dp_clipped_fraction",
         "dp_released",
+        "proposal",
     }
     assert "lp" not in names and "model_logp" not in names
     st = idata.sample_stats
+    # The proposal is a float vector per draw over the raveled (m, log s) space.
+    assert st["proposal"].dims == ("chain", "draw", "proposal_dim_0")
+    assert st["proposal"].shape == (1, 50, 2) and st["proposal"].dtype == np.float64
     np.testing.assert_allclose(st["dp_mu"].values, 0.5)
     # Delta = 2 * clip * ||step|| under substitution and sigma = Delta / mu_ll.
     mu_ll = 0.5 * np.sqrt(1 - 0.05)

@@ -10,9 +10,11 @@ declared bound; a step then costs O(dim T), the same at n = 1e3 and n = 1e7.
 
 Privacy per step: the L2 sensitivity of ``S`` is ``Delta_T`` (substitute-one:
 ``sup ||T(y) - T(y')||``; add/remove-one: ``sup ||T(y)||``) and the release is
-``mu_t = Delta_T / sqrt(xi)`` Gaussian-DP. The datapoint count ``n`` is treated as public:
-under add/remove-one neighbours the ``n A(theta)`` term reveals ``n``, so the guarantee there
-covers ``S`` only; prefer substitute-one neighbours (the default) with this step.
+``mu_t = Delta_T / sqrt(xi)`` Gaussian-DP. Under substitute-one neighbours the datapoint count
+``n`` is the same for both data sets and is used exactly. Under add/remove-one it is not, so the
+step releases it with ``S`` as one more coordinate of the statistic, ``(T(y), 1)``: the
+sensitivity becomes ``hypot(Delta_T, 1)`` and the noise variance ``(||phi' - phi||^2 +
+(A' - A)^2) xi``, still symmetric, so the test stays exact.
 """
 
 from __future__ import annotations
@@ -41,7 +43,14 @@ from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
 from pymc_penalty.model_checks import ModelNotPrivateError, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import Neighbours
-from pymc_penalty.step import Ledger, NotPrivateWarning, PenaltyMetropolis, PenaltyMetropolisState
+from pymc_penalty.step import (
+    PROPOSAL_STAT,
+    Ledger,
+    NotPrivateWarning,
+    PenaltyMetropolis,
+    PenaltyMetropolisState,
+    declare_proposal_stat,
+)
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
@@ -99,6 +108,22 @@ def _categorical_stat(y, const, bound):
     valid = (y >= 0) & (y < k)
     counts = np.bincount(y[valid].astype(np.int64), minlength=k).astype(np.float64)
     return counts[None, :], int(np.count_nonzero(~valid))
+
+
+def _multinomial_stat(y, const, bound):
+    # A row that is not a valid count vector (negative, non-integer, wrong total) contributes
+    # zero: ||0 - y'|| <= N keeps the sensitivity bound whatever the data hold.
+    y = np.asarray(y, dtype=np.float64)
+    y = y.reshape(-1, y.shape[-1])
+    with np.errstate(invalid="ignore"):
+        valid = (
+            np.all(np.isfinite(y), axis=1)
+            & np.all(y >= 0, axis=1)
+            & np.all(y == np.round(y), axis=1)
+            & (y.sum(axis=1) == const[0])
+        )
+    total = np.where(valid[:, None], y, 0.0).sum(axis=0)
+    return total[None, :], int(np.count_nonzero(~valid))
 
 
 FAMILIES: dict[str, _Family] = {
@@ -173,6 +198,17 @@ FAMILIES: dict[str, _Family] = {
         _categorical_stat,
         lambda c, b, nb: math.sqrt(2.0) if nb is Neighbours.SUBSTITUTE else 1.0,
     ),
+    # Multinomial(N, p) with fixed N: phi = log p, A = 0, T = y (counts summing to N);
+    # ||y - y'|| <= sqrt(2) N (all trials moved between two classes), ||y|| <= N.
+    "multinomial": _Family(
+        "multinomial",
+        1,
+        False,
+        lambda p, c: np.log(np.asarray(p, dtype=np.float64).reshape(-1)),
+        lambda p, c: 0.0,
+        _multinomial_stat,
+        lambda c, b, nb: float(c[0]) * (math.sqrt(2.0) if nb is Neighbours.SUBSTITUTE else 1.0),
+    ),
 }
 
 
@@ -187,8 +223,10 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     The model must have exactly one observed variable, of one of the :data:`FAMILIES`
     (recognised from its PyMC op: ``pm.Poisson``, ``pm.Bernoulli``, ``pm.Binomial`` with
     fixed ``n``, ``pm.Normal`` with constant ``sigma``, ``pm.Exponential``, ``pm.Gamma`` with
-    constant ``alpha``, ``pm.Categorical``), whose sampled parameter is a function of the free
-    variables that is the same for every datapoint (a scalar; a k-vector for Categorical).
+    constant ``alpha``, ``pm.Categorical``, ``pm.Multinomial`` with fixed ``n``), whose sampled
+    parameter is a function of the free variables that is the same for every datapoint (a
+    scalar; a k-vector for Categorical and Multinomial). Other likelihoods can be declared with
+    ``statistic``.
 
     Parameters
     ----------
@@ -204,7 +242,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     data_bound : float, optional
         Declared bound on the data: ``0 <= y <= data_bound`` (Poisson, Exponential, Gamma) or
         ``|y| <= data_bound`` (Normal). Required by those families; datapoints outside are
-        clipped to it. Bernoulli, Binomial and Categorical have natural bounds.
+        clipped to it. Bernoulli, Binomial, Categorical and Multinomial have natural bounds.
     xi : float, optional
         Variance of the noise added to each coordinate of the sufficient statistic.
     mu : float, optional
@@ -339,12 +377,13 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         else:
             bound = math.nan
         y = np.asarray(model.rvs_to_values[obs].eval())
-        if op_name == "categorical":
+        if op_name in ("categorical", "multinomial"):
             shape = tuple(int(s) for s in varying.shape.eval())
             k = shape[-1] if shape else 0
             if k < 2 or int(np.prod(shape)) != k:
-                raise ValueError("Categorical `p` must be one vector shared by all datapoints.")
-            bound = float(k)
+                raise ValueError(f"The {op_name} `p` must be one vector shared by all datapoints.")
+            if op_name == "categorical":
+                bound = float(k)
         else:
             shape = tuple(int(s) for s in varying.shape.eval())
             if int(np.prod(shape)) != 1:
@@ -433,7 +472,16 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         check_declaration(self._declared, points, lls, y_syn)
 
     def _finish_init(self, model, vars, initial_point, xi, mu, reproducible_noise, ledger) -> None:
-        """Noise scale from ``xi`` or ``mu``; noise source; ledger."""
+        """Release of n under add/remove; noise scale from ``xi`` or ``mu``; noise; ledger."""
+        self._k = int(self._S.size)
+        # Under add/remove-one the count n differs between neighbours, and ``n A(theta)``
+        # would reveal it: release n with S, as the statistic (T(y), 1). Its row norm is
+        # sqrt(||T||^2 + 1), so the sensitivity becomes hypot(Delta_T, 1). Under
+        # substitute-one the extra coordinate never changes, and n stays exact and public.
+        self._count_released = self.neighbours is Neighbours.ADD_REMOVE
+        if self._count_released:
+            self._S = np.append(self._S, float(self._n))
+            self.sensitivity = math.hypot(self.sensitivity, 1.0)
         if mu is not None:
             self.mu = float(mu)
             self.xi = (self.sensitivity / self.mu) ** 2
@@ -462,8 +510,9 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
         )
         self._untuned_adapter = deepcopy(self.adapter)
+        declare_proposal_stat(self, size)
         self._cache_key: bytes | None = None  # data-free: (log prior, phi, A) at the state
-        self._cache: tuple[float, np.ndarray, float] = (math.nan, self._S * 0.0, math.nan)
+        self._cache: tuple[float, np.ndarray, float] = (math.nan, np.zeros(self._k), math.nan)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -472,7 +521,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         lp, *pars = self._fn(np.asarray(x, dtype=self._input_dtype))
         lp = float(lp)
         if not np.isfinite(lp):
-            return -math.inf, np.full(self._S.shape, np.nan), math.nan
+            return -math.inf, np.full(self._k, np.nan), math.nan
         with np.errstate(all="ignore"):
             if self._declared is not None:
                 phi, a = self._declared.parameters(dict(zip(self._param_names, pars, strict=True)))
@@ -498,11 +547,20 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             self._cache_key = key
         lp0, phi0, a0 = self._cache
         lp1, phi1, a1 = self._eval(x1)
-        stats: dict[str, Any] = {"scaling": adapter.scaling, "dp_sensitivity": self.sensitivity}
+        stats: dict[str, Any] = {
+            "scaling": adapter.scaling,
+            "dp_sensitivity": self.sensitivity,
+            PROPOSAL_STAT: x1.copy(),
+        }
         # A proposal outside the prior's support is released and rejected like any other
         # (its ratio is NaN -> -inf): ``dp_released=False`` must keep meaning "refused by the
         # ledger", which is what stops the run and trims the result.
+        # d = g . S_released + offset; the noise variance ||g||^2 xi is symmetric in the points.
         dphi = phi1 - phi0
+        if self._count_released:
+            dphi, offset = np.append(dphi, a0 - a1), 0.0
+        else:
+            offset = self._n * (a0 - a1)
         sigma = math.sqrt(float(dphi @ dphi) * self.xi)
         stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
         if self.ledger is not None and not self.ledger.try_spend(self.mu**2):
@@ -512,7 +570,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
         # Budget committed: release S_hat = S + N(0, xi I) and use it.
         s_hat = self._S + math.sqrt(self.xi) * self._noise().standard_normal(self._S.shape)
-        d_hat = float(dphi @ s_hat) - self._n * (a1 - a0)
+        d_hat = float(dphi @ s_hat) + offset
         del s_hat
         log_ratio = penalised_log_ratio(d_hat, sigma**2, lp1 - lp0)
         u = self.rng.random()

@@ -37,7 +37,7 @@ from pymc_penalty.kernel import (
     split_step_mu,
 )
 from pymc_penalty.sensitivity import clip_bound, l2_sensitivity
-from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.step import PROPOSAL_STAT, PenaltyMetropolis
 
 __all__ = ["MultiOwnerPenaltyMetropolis", "owner_report", "validate_owners"]
 
@@ -201,6 +201,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             "dp_sensitivity": delta,
             "dp_mu": step_mu,
             "dp_mu_outsider": mu_out,
+            PROPOSAL_STAT: x1.copy(),
         }
         stats.update({_owner_stat(j): float(m) for j, m in enumerate(mu_owners)})
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
