@@ -1,22 +1,44 @@
-"""Shared pieces of the benchmarks: synthetic data, the PyMC model, the NumPy reference loop.
+"""Shared pieces of the benchmarks: synthetic data, the PyMC model, the NumPy reference loop,
+machine facts and timing helpers.
 
 Nothing here touches private data: the data sets are synthetic and drawn from fixed seeds.
 """
 
 from __future__ import annotations
 
+import os
+import platform
+import shlex
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "CHUNKS",
+    "CLOCK",
+    "CLOCKS",
+    "REPO_ROOT",
     "LogisticData",
     "NumpyPenaltyLoop",
+    "PartTimer",
     "blas_info",
+    "command_line",
     "logistic_model",
+    "machine_info",
     "make_logistic_data",
+    "per_call_runner",
+    "pm_sample_runner",
+    "repeat",
+    "step_loop_runner",
 ]
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The repository root (benchmarks are run from there)."""
 
 
 @dataclass(frozen=True)
@@ -206,3 +228,260 @@ def blas_info() -> dict[str, str]:
         "pytensor_mode": str(pytensor.config.mode),
         "numpy_blas": numpy_blas,
     }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(packages: tuple[str, ...] = ("numpy", "scipy", "pymc", "pytensor")) -> dict:
+    """Facts about the machine and software that the timings depend on.
+
+    Parameters
+    ----------
+    packages : tuple of str
+        Distributions whose versions are reported (``None`` for those not installed).
+
+    Returns
+    -------
+    dict
+        ``cpu``, ``cpu_count``, ``machine``, ``system``, ``python``, ``versions`` and the
+        entries of :func:`blas_info`.
+    """
+    versions: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "versions": versions,
+        **blas_info(),
+    }
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    """The command that reproduces a benchmark run, relative to the repository root.
+
+    Parameters
+    ----------
+    script : str
+        Path of the benchmark script (``__file__``).
+    argv : list of str
+        Arguments after the script name.
+
+    Returns
+    -------
+    str
+    """
+    rel = os.path.relpath(os.path.abspath(script), REPO_ROOT)
+    return shlex.join(["python", rel, *argv])
+
+
+# --- timing --------------------------------------------------------------------------------
+
+CHUNKS = 5
+"""Chunks each timed run is split into; a method's figure is its fastest chunk."""
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+"""Clocks for steps and draws: process CPU time (the default: BLAS runs on one thread, so on
+an idle machine it equals wall time, and a busy shared machine does not inflate it) or wall
+time."""
+
+CLOCK = [CLOCKS["cpu"]]
+"""The clock in use (a one-element list, so that a benchmark's ``--clock`` can set it)."""
+
+
+def per_call_runner(fn: Callable[[int], Any]) -> Callable[[int], list[float]]:
+    """Wrap ``fn(k)`` (k calls of an operation) as ``run(k)``: seconds per call by chunk.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(k)`` performs ``k`` calls.
+
+    Returns
+    -------
+    callable
+        ``run(k)`` returns the mean seconds per call of each of ``CHUNKS`` chunks.
+    """
+
+    def run(k: int) -> list[float]:
+        times = []
+        for c in np.array_split(np.arange(k), CHUNKS):
+            if c.size:
+                t0 = CLOCK[0]()
+                fn(c.size)
+                times.append((CLOCK[0]() - t0) / c.size)
+        return times
+
+    return run
+
+
+def repeat(op: Callable[[], Any]) -> Callable[[int], None]:
+    """``fn(k)`` calling ``op()`` k times (for :func:`per_call_runner`)."""
+
+    def fn(k: int) -> None:
+        for _ in range(k):
+            op()
+
+    return fn
+
+
+def pm_sample_runner(
+    model: Any,
+    step: Any,
+    initvals: dict[str, np.ndarray],
+    seed: int,
+    snapshot: Callable[[], Any] | None = None,
+) -> tuple[Callable[[int], list[float]], dict[str, Any]]:
+    """Return ``run(draws)`` timing one ``pm.sample`` call through its callback.
+
+    Parameters
+    ----------
+    model : pm.Model
+    step : step method
+    initvals : dict
+        Starting point of every call.
+    seed : int
+        ``random_seed`` of the first call (incremented per call).
+    snapshot : callable, optional
+        Called after each draw with the clock; its values (a sequence of floats) are
+        differenced like the clock and averaged per chunk into ``state["chunk_snapshots"]``.
+
+    Returns
+    -------
+    (callable, dict)
+        ``run(draws)`` makes one ``pm.sample`` call (one chain, no tuning) and returns the
+        mean seconds per draw of each of ``CHUNKS`` consecutive chunks of draws, from the
+        times of the draws' callbacks (so compilation, set-up and trace conversion are
+        excluded; the first draw is not timed). The dict accumulates the mean ``accepted``
+        statistic of each call under ``"accepted"`` and the number of timed draws under
+        ``"timed"``. The callback only reads the clock, so that it adds as little as
+        possible to the draws it times.
+    """
+    import pymc as pm
+
+    state: dict[str, Any] = {"accepted": [], "calls": 0, "timed": 0}
+
+    def run(draws: int) -> list[float]:
+        stamps: list[float] = []
+        snaps: list[Any] = []
+        clock = CLOCK[0]
+
+        def callback(trace, draw):
+            stamps.append(clock())
+            if snapshot is not None:
+                snaps.append(snapshot())
+
+        with model:
+            trace = pm.sample(
+                draws=draws,
+                step=step,
+                chains=1,
+                cores=1,
+                tune=0,
+                progressbar=False,
+                compute_convergence_checks=False,
+                initvals=initvals,
+                random_seed=seed + state["calls"],
+                return_inferencedata=False,
+                callback=callback,
+            )
+        state["calls"] += 1
+        state["timed"] += len(stamps) - 1
+        if "accepted" in trace.stat_names:
+            accepted = np.asarray(trace.get_sampler_stats("accepted"), dtype=float)
+            state["accepted"].append(float(accepted.mean()))
+        chunks = [c for c in np.array_split(np.arange(len(stamps) - 1), CHUNKS) if c.size]
+        if snapshot is not None:
+            deltas = np.diff(np.asarray(snaps, dtype=float), axis=0)
+            state["chunk_snapshots"] = [deltas[c].mean(axis=0) for c in chunks]
+        return [float(np.diff(stamps)[c].mean()) for c in chunks]
+
+    return run, state
+
+
+def step_loop_runner(
+    step: Any, point: dict[str, np.ndarray]
+) -> tuple[Callable[[int], None], dict[str, Any]]:
+    """Return ``run(k)`` making ``k`` calls of ``step.step`` from a persistent point.
+
+    The first ``step.step`` call (which fills a step's caches and, in JIT modes, compiles) is
+    made here; its wall time is in the state as ``first_call_s``.
+
+    Parameters
+    ----------
+    step : step method
+    point : dict
+        Starting point.
+
+    Returns
+    -------
+    (callable, dict)
+        ``run(k)`` and its state: the ``point``, ``accepted`` and ``steps`` counts.
+    """
+    t0 = time.perf_counter()
+    first = step.step(point)[0]
+    state = {"point": first, "accepted": 0, "steps": 0, "first_call_s": time.perf_counter() - t0}
+
+    def run(k: int) -> None:
+        p, acc = state["point"], 0
+        for _ in range(k):
+            p, stats = step.step(p)
+            acc += bool(stats[0]["accepted"])
+        state["point"] = p
+        state["accepted"] += acc
+        state["steps"] += k
+
+    return run, state
+
+
+class PartTimer:
+    """Accumulates the clock time spent in wrapped callables, less the clock's own cost.
+
+    An interval between two clock reads includes about one read's cost (the process CPU
+    clock is a system call of about a microsecond); that cost, measured as the median empty
+    interval, is subtracted from every timed call.
+
+    Attributes
+    ----------
+    overhead : float
+        Seconds subtracted per timed call.
+    totals : dict
+        Seconds accumulated per part.
+    """
+
+    def __init__(self) -> None:
+        clock = CLOCK[0]
+        empty = []
+        for _ in range(2001):
+            t = clock()
+            empty.append(clock() - t)
+        self.overhead = float(np.median(empty))
+        self.totals: dict[str, float] = {}
+
+    def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Return ``fn`` timed into ``part``."""
+        clock, overhead, totals = CLOCK[0], self.overhead, self.totals
+        totals.setdefault(part, 0.0)
+
+        def timed(*args: Any) -> Any:
+            t0 = clock()
+            out = fn(*args)
+            totals[part] += clock() - t0 - overhead
+            return out
+
+        return timed

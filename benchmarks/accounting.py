@@ -17,8 +17,8 @@ Timings: median and 99th percentile over many calls of
 budget's ``mu``.  Cross-check: when ``dp_accounting`` is importable, the tight epsilon at one
 point is recomputed with its PLD accountant and the absolute difference reported.
 
-Run ``python benchmarks/accounting.py [--quick]``.  The markdown tables are printed and written
-to ``docs/benchmarks/accounting.md`` with the command and the date.  The last line printed is
+Run ``python benchmarks/accounting.py [--quick]``.  The markdown tables are printed; a full run
+also writes them to ``docs/benchmarks/accounting.md`` with the command and the date.  The last line printed is
 ``RESULT {json}`` with ``iterations`` (keyed by mu, then accountant), ``ratio_vs`` (keyed by
 accountant, then mu) and ``calibration_ms`` (``median``, ``p99``).
 """
@@ -31,7 +31,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from importlib import metadata
 from typing import Any
 
 import numpy as np
+from _common import REPO_ROOT, command_line
 
 from pymc_penalty.accounting import (
     calibrate_step_mu,
@@ -66,7 +66,6 @@ PLD_INTERVAL = {"quick": 1e-4, "full": 1e-5}
 # Timed calls (after warm-up) per function.
 TIMED_CALLS = {"quick": 2_000, "full": 20_000}
 WARMUP_CALLS = 200
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_PATH = os.path.join(REPO_ROOT, "docs", "benchmarks", "accounting.md")
 
 
@@ -260,22 +259,6 @@ def cross_check_text(check: dict[str, Any]) -> str:
     )
 
 
-def command_line(argv: list[str]) -> str:
-    """The command that reproduces this run, relative to the repository root.
-
-    Parameters
-    ----------
-    argv : list of str
-        Arguments after the script name.
-
-    Returns
-    -------
-    str
-    """
-    script = os.path.relpath(os.path.abspath(__file__), REPO_ROOT)
-    return shlex.join(["python", script, *argv])
-
-
 def write_docs(path: str, command: str, body: str) -> None:
     """Write the report to ``path`` (creating its folders).
 
@@ -352,9 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(body)
     print()
-    command = command_line(argv)
-    write_docs(DOCS_PATH, command, body)
-    print(f"wrote {os.path.relpath(DOCS_PATH, REPO_ROOT)} ({command})")
+    command = command_line(__file__, argv)
+    if mode == "full":  # the committed page holds full-mode figures only
+        write_docs(DOCS_PATH, command, body)
+        print(f"wrote {os.path.relpath(DOCS_PATH, REPO_ROOT)} ({command})")
     print(f"total wall time {time.perf_counter() - t_start:.1f} s")
     summary = {"iterations": iterations, "ratio_vs": ratio, "calibration_ms": calibration_ms}
     print("RESULT " + json.dumps(summary))
