@@ -1,0 +1,102 @@
+"""Every benchmark's quick mode runs from the checkout and ends with a valid RESULT line.
+
+Speed is never asserted here (timed tests are flaky); what is checked is that each benchmark
+runs with one command, measures what it says, and reports figures that are consistent with an
+independent computation where one exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("[!_]*.py"))
+
+
+def _run(name: str) -> dict:
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{name} --quick failed:\n{tail}"
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("RESULT "), f"{name}: last line is not RESULT: {last[:200]!r}"
+    return json.loads(last[len("RESULT ") :])
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def check_accounting(res: dict) -> None:
+    from pymc_penalty.accounting import gdp_mu
+
+    total = gdp_mu(1.0, 1e-5)
+    for mu, row in res["iterations"].items():
+        # Tight GDP: k steps of mu compose to sqrt(k) mu, so k = floor((total / mu)^2).
+        assert row["gdp"] == math.floor((total / float(mu)) ** 2 * (1 + 1e-12))
+        assert row["gdp"] >= row["rdp"] >= row["zcdp"] >= row["advanced"]
+    assert 1.70 < res["ratio_vs"]["zcdp"]["0.001"] < 1.75  # DESIGN section 3: 1.726
+    assert _positive(res["calibration_ms"]["median"])
+
+
+def check_expfam(res: dict) -> None:
+    per_step = res["per_step_seconds"]
+    assert {"1000", "1000000"} <= set(per_step)
+    assert all(_positive(v) for v in per_step.values())
+    assert all(_positive(v) for v in res["speedup_vs_general"].values())
+
+
+def check_recycling(res: dict) -> None:
+    assert res, "no model measured"
+    for model, row in res.items():
+        assert _positive(row["rmse_plain"]) and _positive(row["rmse_recycled"]), model
+        assert row["ratio"] == pytest.approx(row["rmse_recycled"] / row["rmse_plain"], rel=1e-3)
+        assert row["ess_gain"] == pytest.approx(1 / row["var_ratio"], rel=1e-3)
+        # Recycling averages out the accept/reject coin: it cannot add much variance.
+        assert row["var_ratio"] < 1.1, model
+
+
+def check_speed(res: dict) -> None:
+    for n, ratio in res["ratio_vs_numpy"].items():
+        # The ratio is the two timings measured in the same run, not a stored figure.
+        expected = res["ms_penalty_sample"][n] / res["ms_numpy"][n]
+        assert ratio == pytest.approx(expected, rel=1e-2), n
+        per_proposal = res["ms_penalty_sample"][n] / res["ms_metropolis_per_proposal"][n]
+        assert res["ratio_vs_metropolis_per_proposal"][n] == pytest.approx(per_proposal, rel=1e-2)
+    for mode in ("C", "NUMBA"):
+        assert all(_positive(v) for v in res["modes"][mode]["per_step_ms"].values()), mode
+    assert "skipped" in res["modes"]["JAX"] or _positive(res["modes"]["JAX"]["per_step_ms"]["1000"])
+    # The parts of a step at n = 1e3 must account for (roughly) all of its time.
+    assert 0.5 < res["breakdown_1000"]["parts_share_of_total"] < 1.5
+
+
+CHECKS = {
+    "accounting": check_accounting,
+    "expfam": check_expfam,
+    "recycling": check_recycling,
+    "speed": check_speed,
+}
+
+
+def test_every_benchmark_has_a_check():
+    assert set(BENCHMARKS) == set(CHECKS), "add a RESULT check for each benchmark"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_quick_mode(name):
+    CHECKS[name](_run(name))
