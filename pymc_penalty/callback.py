@@ -42,6 +42,17 @@ def _released_costs(stats: list[dict[str, Any]]) -> list[float]:
     return costs
 
 
+def _released_components(stats: list[dict[str, Any]]) -> dict[str, float]:
+    """``mu^2`` of per-party statistics (``dp_mu_owner_<j>``, ``dp_mu_outsider``) released."""
+    out: dict[str, float] = {}
+    for method_stats in stats:
+        if method_stats.get("dp_released"):
+            for key, value in method_stats.items():
+                if key.startswith("dp_mu_"):
+                    out[key] = out.get(key, 0.0) + float(value) ** 2
+    return out
+
+
 def _was_refused(stats: list[dict[str, Any]]) -> bool:
     return any("dp_released" in s and not s["dp_released"] for s in stats)
 
@@ -69,6 +80,8 @@ class PrivacyCallback:
         self.ledger = ledger
         self.log_every = int(log_every)
         self.mu2_by_chain: dict[int, float] = defaultdict(float)
+        #: Composed ``sum mu_t^2`` of each per-party statistic (several-owners runs).
+        self.component_mu2: dict[str, float] = defaultdict(float)
         self.releases_by_chain: dict[int, int] = defaultdict(int)
         self.tuning_releases = 0
         self.draws_seen = 0
@@ -80,6 +93,8 @@ class PrivacyCallback:
         costs = _released_costs(draw.stats)
         self.mu2_by_chain[draw.chain] += sum(costs)
         self.releases_by_chain[draw.chain] += len(costs)
+        for key, value in _released_components(draw.stats).items():
+            self.component_mu2[key] += value
         if draw.tuning:
             self.tuning_releases += len(costs)
         if self.log_every and self.draws_seen % self.log_every == 0:

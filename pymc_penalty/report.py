@@ -43,6 +43,7 @@ def build_report(
     spent_mu2: float,
     releases_by_chain: dict[int, int],
     clipped_fraction: float,
+    component_mu2: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Assemble the privacy report of a run.
 
@@ -57,6 +58,10 @@ def build_report(
         Releases per chain, tuning included.
     clipped_fraction : float
         Mean released (noisy) clipped fraction over the run.
+    component_mu2 : dict, optional
+        Composed ``sum mu_t^2`` per party of a several-owners run
+        (:attr:`PrivacyCallback.component_mu2`): adds ``dp_epsilon_vs_owners`` (each owner's
+        epsilon against the other owners) and ``dp_epsilon_vs_outsider``.
 
     Returns
     -------
@@ -65,22 +70,15 @@ def build_report(
     """
     mu = math.sqrt(max(spent_mu2, 0.0))
     private = bool(step.private)
-    if step.clip is None:
-        sensitivity = "unbounded (clip=None)"
-    else:
-        norm = {"distance": " * ||theta' - theta||_2", "lipschitz": " * ||theta' - theta||_1"}
-        sensitivity = f"clip {step.clip_mode.value}: B = {step.clip:g}" + norm.get(
-            step.clip_mode.value, ""
-        )
     chains = sorted(releases_by_chain)
     per_chain = [int(releases_by_chain[c]) for c in chains]
-    return {
+    report = {
         "dp_epsilon": float(budget.epsilon_spent(mu)) if private else math.inf,
         "dp_delta": float(budget.delta),
         "dp_mu": mu if private else math.inf,
         "dp_epsilon_budget": float(budget.epsilon),
         "dp_neighbours": step.neighbours.value,
-        "dp_sensitivity": sensitivity,
+        "dp_sensitivity": _describe_sensitivity(step),
         "dp_releases": int(sum(per_chain)),
         "dp_releases_per_chain": per_chain,
         "dp_accountant": "Gaussian DP (tight; Dong, Roth and Su 2022), ledger-enforced",
@@ -88,6 +86,36 @@ def build_report(
         "dp_noise_private": int(private),
         "dp_clipped_fraction": float(clipped_fraction),
         "pymc_penalty_version": __version__,
+    }
+    report.update(_party_epsilons(budget, component_mu2 or {}, private))
+    return report
+
+
+def _describe_sensitivity(step: Any) -> str:
+    """How the step bounds the sensitivity, in words (no data)."""
+    if getattr(step, "family", None) is not None:  # the exponential-family step
+        return f"sufficient statistic ({step.family}): Delta = {step.sensitivity:g}"
+    if step.clip is None:
+        return "unbounded (clip=None)"
+    norm = {"distance": " * ||theta' - theta||_2", "lipschitz": " * ||theta' - theta||_1"}
+    mode = step.clip_mode.value
+    return f"clip {mode}: B = {step.clip:g}" + norm.get(mode, "")
+
+
+def _party_epsilons(budget: Any, component_mu2: dict[str, float], private: bool) -> dict:
+    """Per-owner and outsider epsilons of a several-owners run (empty for other runs)."""
+    owners = sorted(
+        (int(k.rsplit("_", 1)[1]), v) for k, v in component_mu2.items() if k[:12] == "dp_mu_owner_"
+    )
+    if not owners:
+        return {}
+
+    def eps(mu2: float) -> float:
+        return float(budget.epsilon_spent(math.sqrt(max(mu2, 0.0)))) if private else math.inf
+
+    return {
+        "dp_epsilon_vs_owners": [eps(v) for _, v in owners],
+        "dp_epsilon_vs_outsider": eps(component_mu2.get("dp_mu_outsider", 0.0)),
     }
 
 

@@ -329,3 +329,21 @@ def test_out_of_support_proposals_are_ordinary_rejections_not_refusals():
         assert float(np.exp(point["lam_log__"])) < 2.2
         rejected += not st[0]["accepted"]
     assert rejected > 0
+
+
+def test_report_describes_the_sufficient_statistic_bound():
+    from pymc_penalty import PrivacyBudget, build_report
+
+    with pm.Model():
+        lam = pm.Gamma("lam", 2.0, 1.0)
+        pm.Poisson("y", lam, observed=np.arange(5))
+        step = ExpFamPenaltyMetropolis(data_bound=20, mu=0.3)
+    report = build_report(
+        step=step,
+        budget=PrivacyBudget(1.0, 1e-5),
+        spent_mu2=0.09,
+        releases_by_chain={0: 1},
+        clipped_fraction=float("nan"),
+    )
+    assert report["dp_sensitivity"] == "sufficient statistic (poisson): Delta = 20"
+    assert report["dp_noise_private"] == 1

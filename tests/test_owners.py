@@ -268,3 +268,40 @@ def test_bad_noise_sd_and_n_owners():
         assert step.owner_sizes.tolist() == [*SIZES, 0]
         _, _, sigmas, *_ = step._owner_noise(0.1)
         assert float(np.sum(sigmas**2)) == 7.0
+
+
+def test_callback_and_report_carry_each_owners_epsilon():
+    from pymc_penalty import PrivacyBudget, PrivacyCallback, build_report
+
+    model, _ = normal_normal()
+    sds = np.array([3.0, 5.0, 8.0])
+    ledger = RecordingLedger()
+    step = _private_step(model, noise_sd=sds, clip_count_share=0.0, ledger=ledger)
+    budget = PrivacyBudget(epsilon=50.0, delta=1e-5)
+    callback = PrivacyCallback(budget, ledger)
+    with model:
+        pm.sample(
+            step=step, draws=40, tune=10, chains=2, cores=1, random_seed=4, progressbar=False,
+            compute_convergence_checks=False, callback=callback,
+        )  # fmt: skip
+    report = build_report(
+        step=step,
+        budget=budget,
+        spent_mu2=ledger.spent_mu2,
+        releases_by_chain=callback.releases_by_chain,
+        clipped_fraction=0.0,
+        component_mu2=callback.component_mu2,
+    )
+    # 100 releases, tuning included; each owner's mu is 1/sd per release (independent formula).
+    for j, sd in enumerate(sds):
+        expected = gdp_epsilon(1e-5, math.sqrt(100) / sd)
+        assert report["dp_epsilon_vs_owners"][j] == pytest.approx(expected, rel=1e-10)
+    assert report["dp_epsilon_vs_outsider"] == pytest.approx(
+        gdp_epsilon(1e-5, math.sqrt(100 / 98.0)), rel=1e-10
+    )
+    assert max(report["dp_epsilon_vs_owners"]) == pytest.approx(report["dp_epsilon"], rel=1e-10)
+    # A run without owners has no such keys.
+    plain = build_report(
+        step=step, budget=budget, spent_mu2=1.0, releases_by_chain={0: 1}, clipped_fraction=0.0
+    )
+    assert "dp_epsilon_vs_owners" not in plain
