@@ -13,14 +13,11 @@ import warnings
 from dataclasses import dataclass
 
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu, plan_releases
+from pymc_penalty.accounting.calibration import CALIBRATION_MARGIN
 from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.sensitivity import ClipMode, Neighbours
 
 __all__ = ["FrozenChainWarning", "PrivacyBudget", "RunPlan", "calibrate"]
-
-# Calibrate a hair below the budget so float rounding can never make the last planned
-# release exceed it (the ledger errs only on the safe side).
-_CALIBRATION_MARGIN = 1.0 - 1e-9
 
 
 class FrozenChainWarning(UserWarning):
@@ -108,7 +105,7 @@ def calibrate(
     """
     if not (math.isfinite(available_mu) and available_mu > 0):
         raise ValueError("`available_mu` must be a finite positive number (budget left).")
-    step_mu = available_mu / math.sqrt(plan.releases) * _CALIBRATION_MARGIN
+    step_mu = available_mu / math.sqrt(plan.releases) * CALIBRATION_MARGIN
     mu_ll, _ = split_step_mu(step_mu, clip_count_share)
     factor = Neighbours.parse(neighbours).factor
     if ClipMode.parse(clip_mode) is ClipMode.CONSTANT:

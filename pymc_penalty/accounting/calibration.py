@@ -18,11 +18,18 @@ from pymc_penalty.accounting.gdp import _gdp_mu
 __all__ = ["calibrate_step_mu", "expected_acceptance", "plan_releases"]
 
 
+#: Calibrate a hair below the budget: the ledger errs only on the safe side, so an exact
+#: calibration could see its last planned release refused after float rounding.
+CALIBRATION_MARGIN = 1.0 - 1e-9
+
+
 def calibrate_step_mu(epsilon: float, delta: float, n_releases: int) -> float:
-    """Per-release ``Delta / sigma`` such that ``n_releases`` releases spend exactly the budget.
+    """Per-release ``Delta / sigma`` such that ``n_releases`` releases spend the budget.
 
     Equal releases compose to ``sqrt(n) mu_step``, so ``mu_step = gdp_mu(epsilon, delta) /
-    sqrt(n_releases)``.  The noise standard deviation is then ``Delta / mu_step``.
+    sqrt(n_releases)``, taken a relative 1e-9 below that so that float rounding can never make
+    the last planned release exceed the budget (a :class:`~pymc_penalty.PrivacyLedger` rounds
+    every charge up).  The noise standard deviation is then ``Delta / mu_step``.
 
     Parameters
     ----------
@@ -41,7 +48,7 @@ def calibrate_step_mu(epsilon: float, delta: float, n_releases: int) -> float:
     epsilon = _real("epsilon", epsilon, low=0.0)
     delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     n_releases = _integer("n_releases", n_releases, low=1)
-    return _gdp_mu(epsilon, delta) / math.sqrt(n_releases)
+    return _gdp_mu(epsilon, delta) / math.sqrt(n_releases) * CALIBRATION_MARGIN
 
 
 def plan_releases(draws: int, tune: int, chains: int, *, releases_per_step: int = 1) -> int:
