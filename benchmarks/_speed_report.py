@@ -289,22 +289,22 @@ def report_text(summary: dict[str, Any]) -> str:
     )
     breakdown_config = (summary["breakdown_1000"] or {}).get("config", "")
     parts = [
-        "### Time per step (ms)",
+        "## Time per step (ms)",
         timing_table(summary),
         f"pm.Metropolis draws timed (best chunk kept), by n: {met_draws}.",
-        "### Ratios (per draw through `pm.sample`)",
+        "## Ratios (per draw through `pm.sample`)",
         ratio_table(summary),
-        "### Compilation and warm-up (wall time, not in the per-step figures)",
+        "## Compilation and warm-up (wall time, not in the per-step figures)",
         compile_table(summary),
-        f"### Where the time goes at n = 1e3 ({breakdown_config})",
+        f"## Where the time goes at n = 1e3 ({breakdown_config})",
         breakdown_text(summary["breakdown_1000"]),
-        "### Design targets (DESIGN.md section 6)",
+        "## Design targets (DESIGN.md section 6)",
         targets_text(summary),
     ]
     if skipped:
-        parts += ["### Modes not run", "\n".join(skipped)]
+        parts += ["## Modes not run", "\n".join(skipped)]
     if errors:
-        parts += ["### Errors", errors]
+        parts += ["## Errors", errors]
     return "\n\n".join(parts)
 
 

@@ -30,9 +30,6 @@ extensions = [
 
 exclude_patterns = ["_build", "**/.ipynb_checkpoints", "**/.jupyter_cache", "Thumbs.db"]
 root_doc = "index"
-# Benchmark pages are written by scripts and may skip heading levels (H1 to H3): cosmetic,
-# so not an error. Every other warning fails the build.
-suppress_warnings = ["myst.header"]
 
 # --- MyST and notebooks ----------------------------------------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
