@@ -17,10 +17,10 @@ Timings: median and 99th percentile over many calls of
 budget's ``mu``.  Cross-check: when ``dp_accounting`` is importable, the tight epsilon at one
 point is recomputed with its PLD accountant and the absolute difference reported.
 
-Run ``python benchmarks/accounting.py [--quick]``.  The markdown tables are printed; a full run
-also writes them to ``docs/benchmarks/accounting.md`` with the command and the date.  The last line printed is
-``RESULT {json}`` with ``iterations`` (keyed by mu, then accountant), ``ratio_vs`` (keyed by
-accountant, then mu) and ``calibration_ms`` (``median``, ``p99``).
+Run ``python benchmarks/accounting.py [--quick]``.  The markdown tables are printed; a full
+run also writes them to ``docs/benchmarks/accounting.md`` with the command and the date.  The
+last line printed is ``RESULT {json}`` with ``iterations`` (keyed by mu, then accountant),
+``ratio_vs`` (keyed by accountant, then mu) and ``calibration_ms`` (``median``, ``p99``).
 """
 
 from __future__ import annotations
