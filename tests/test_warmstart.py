@@ -1,0 +1,197 @@
+"""The private warm start: paid for before the data are touched, reported, and accurate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import optimize, stats
+
+import pymc_penalty as pp
+from pymc_penalty import PrivacyLedger
+from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.warmstart import WarmStartRefused, private_warm_start, warm_start_schedule
+
+pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
+QUIET = dict(progressbar=False, compute_convergence_checks=False)
+N = 2000
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(5).normal(0.5, 1.0, size=N)
+
+
+@pytest.fixture(scope="module")
+def model(data):
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 10.0)
+        pm.Normal("y", m, 1.0, observed=data)
+    return model
+
+
+class RecordingLedger:
+    """A ledger that grants ``grants`` releases, then refuses; records every call in
+    ``events`` (shared with the likelihood spy, so the order of both is visible)."""
+
+    def __init__(self, events: list, grants: int = 10**9) -> None:
+        self.events, self.grants = events, grants
+
+    def try_spend(self, mu2: float) -> bool:
+        if self.grants <= 0:
+            self.events.append(("refused", mu2))
+            return False
+        self.grants -= 1
+        self.events.append(("spend", mu2))
+        return True
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record every evaluation of the per-datapoint log-likelihood (a data access)."""
+    events: list = []
+    original = PenaltyLikelihood.evaluate
+
+    def evaluate(self, *args, **kwargs):
+        events.append(("data",))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PenaltyLikelihood, "evaluate", evaluate)
+    return events
+
+
+def test_schedule_spends_exactly_mu():
+    sched = warm_start_schedule(0.7, 8)
+    assert len(sched) == 8
+    assert math.isclose(sum(g**2 + c**2 for g, c in sched), 0.49, rel_tol=1e-12)
+    grads = [g for g, _ in sched]
+    assert all(b > a for a, b in zip(grads, grads[1:], strict=False))  # later steps less noisy
+
+
+def test_each_step_is_paid_before_its_data_access(model, spy):
+    ledger = RecordingLedger(spy)
+    with model:
+        ws = private_warm_start(
+            mu=0.5, ledger=ledger, clip=6.0, steps=3, noise_rng=np.random.default_rng(0)
+        )
+    assert ws.releases == 6
+    # Per step: two spends, then 2 d = 2 evaluations (finite differences, d = 1).
+    kinds = [e[0] for e in spy]
+    assert kinds == ["spend", "spend", "data", "data"] * 3
+    spent = sum(e[1] for e in spy if e[0] == "spend")
+    assert math.isclose(math.sqrt(spent), ws.mu, rel_tol=1e-12)
+    assert math.isclose(ws.mu, 0.5, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("grants", [0, 1, 3])
+def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, grants):
+    ledger = RecordingLedger(spy, grants=grants)
+    with model, pytest.raises(WarmStartRefused):
+        private_warm_start(mu=0.5, ledger=ledger, clip=6.0, steps=3)
+    # Only steps whose two releases were both granted touched the data (2 evaluations each).
+    assert sum(e[0] == "data" for e in spy) == 2 * (grants // 2)
+    assert spy[-1][0] == "refused"
+
+
+def test_warm_start_lands_near_the_mode_within_its_noise():
+    """Normal mean, sd 1, prior N(0, 10^2): exact mode and Fisher information are known.
+    No gradient is clipped (|y - m| < C on every iterate), so the error is the noise of the
+    averaged last half of the steps: sd = 2 C / (F sqrt(sum of their mu_grad^2)), F ~ n."""
+    n, mu, clip, steps = 20_000, 1.0, 6.0, 8
+    data = np.random.default_rng(6).normal(0.5, 1.0, size=n)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 10.0)
+        pm.Normal("y", m, 1.0, observed=data)
+    assert np.max(np.abs(data)) + 1.0 < clip
+    mode = data.sum() / (n + 1e-2)
+    sched = warm_start_schedule(mu, steps)
+    last = sum(g**2 for g, _ in sched[steps // 2 :])
+    err_sd = 2.0 * clip / (n * math.sqrt(last))
+    errors, variances = [], []
+    for seed in range(6):
+        with model:
+            ws = private_warm_start(
+                mu=mu, ledger=PrivacyLedger(1.001 * mu), clip=clip, steps=steps,
+                noise_rng=np.random.default_rng(seed),
+            )  # fmt: skip
+        errors.append(float(ws.point[0]) - mode)
+        variances.append(float(ws.covariance[0, 0]))
+    errors = np.asarray(errors)
+    # Six seeded runs: each within 4 sd, and their mean square consistent with err_sd^2.
+    assert np.all(np.abs(errors) < 4 * err_sd), (errors, err_sd)
+    assert stats.chi2.sf(np.sum((errors / err_sd) ** 2), df=6) > 1e-3
+    # Covariance: 1 / (sum (y - m)^2 + prior precision) at the mode, up to the curvature
+    # noise (sd sqrt(2) C^2 / mu_curv per step, averaged over four: 2.5% of n here).
+    exact_var = 1.0 / (np.sum((data - mode) ** 2) + 1e-2)
+    np.testing.assert_allclose(variances, exact_var, rtol=0.12)
+
+
+def _gdp_epsilon_closed_form(mu: float, delta: float) -> float:
+    """Tight epsilon of mu-GDP at delta, solved here with SciPy (independent of the package)."""
+
+    def excess(eps: float) -> float:
+        return (
+            stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+        ) - delta
+
+    return optimize.brentq(excess, 0.0, 50.0, xtol=1e-12)
+
+
+def test_report_composes_the_warm_start_with_every_chain_release(model):
+    eps, delta, share = 1.0, 1e-5, 0.3
+    with model:
+        idata = pp.sample(
+            epsilon=eps, delta=delta, draws=30, tune=20, chains=2, cores=1, warm_start=share,
+            warm_start_clip=8.0, random_seed=1, discard_tuned_samples=False, **QUIET,
+        )  # fmt: skip
+    budget_mu2 = pp.gdp_mu(eps, delta) ** 2
+    chain_mu2 = 0.0
+    for group in (idata.warmup_sample_stats, idata.sample_stats):  # tuning releases count
+        released = np.asarray(group["dp_released"].values, bool)
+        chain_mu2 += float(np.sum(np.asarray(group["dp_mu"].values)[released] ** 2))
+    assert idata.attrs["dp_releases"] == 2 * (20 + 30)
+    warm_mu2 = share * budget_mu2
+    assert idata.attrs["dp_warm_start_releases"] == 16
+    assert math.isclose(idata.attrs["dp_warm_start_mu"] ** 2, warm_mu2, rel_tol=1e-9)
+    total = _gdp_epsilon_closed_form(math.sqrt(warm_mu2 + chain_mu2), delta)
+    assert math.isclose(idata.attrs["dp_epsilon"], total, rel_tol=1e-6, abs_tol=1e-9)
+    assert idata.attrs["dp_epsilon"] <= eps * (1 + 1e-9)
+    # The warm start is part of the total: without it the epsilon would be clearly lower.
+    assert _gdp_epsilon_closed_form(math.sqrt(chain_mu2), delta) < 0.95 * total
+
+
+def test_chains_start_at_the_warm_start_and_constrained_variables_work():
+    data = np.random.default_rng(7).normal(0.5, 1.0, size=20_000)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 10.0)
+        s = pm.HalfNormal("s", 5.0)
+        pm.Normal("y", m, s, observed=data)
+    with model:
+        idata = pp.sample(
+            epsilon=2.0, delta=1e-5, draws=20, tune=0, chains=1, cores=1, warm_start=0.5,
+            warm_start_clip=6.0, random_seed=3, **QUIET,
+        )  # fmt: skip
+    first = idata.posterior.isel(chain=0, draw=0)
+    # The chain starts near the exact values (m ~ 0.5, s ~ 1; posterior sds ~ 0.007), far
+    # from the model's initial point (m = 0, s ~ 4); clipping at 6 biases s a little.
+    assert abs(float(first["m"]) - data.mean()) < 0.05
+    assert abs(float(first["s"]) - data.std()) < 0.1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"warm_start": 1.0}, "warm_start"),
+        ({"warm_start": -0.1}, "warm_start"),
+        ({"warm_start": "half"}, "warm_start"),
+        ({"warm_start": 0.2, "warm_start_steps": 2.5}, "warm_start_steps"),
+        ({"warm_start": 0.2, "warm_start_clip": 0.0}, "warm_start_clip"),
+        ({"warm_start": 0.2, "warm_start_steps": 0}, "warm_start_steps"),
+        ({"warm_start": 0.2, "initvals": {"m": 0.0}}, "initvals"),
+    ],
+)
+def test_bad_warm_start_arguments_are_named(model, kwargs, argument):
+    with model, pytest.raises(ValueError, match=f"`{argument}`"):
+        pp.sample(epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, **kwargs, **QUIET)
