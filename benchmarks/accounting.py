@@ -259,6 +259,34 @@ def cross_check_text(check: dict[str, Any]) -> str:
     )
 
 
+def write_plot(path: str) -> None:
+    """Plot the iterations each accountant allows against the per-step mu (log-log).
+
+    Parameters
+    ----------
+    path : str
+        Output PNG file.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.geomspace(1e-3, 5e-2, 13)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for acc in ACCOUNTANTS:
+        counts = [iterations_allowed(float(mu), EPSILON, DELTA, acc) for mu in grid]
+        keep = [(m, c) for m, c in zip(grid, counts, strict=True) if c > 0]
+        ax.loglog(*zip(*keep, strict=True), "o-", ms=3, label=LABELS[acc])
+    ax.set_xlabel("per-step mu (Delta / sigma)")
+    ax.set_ylabel(f"releases allowed at ({EPSILON:g}, {DELTA:g})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def write_docs(path: str, command: str, body: str) -> None:
     """Write the report to ``path`` (creating its folders).
 
@@ -286,7 +314,7 @@ def write_docs(path: str, command: str, body: str) -> None:
         "composition uses the classical per-step Gaussian bound with the delta split "
         "optimised (the arXiv seed's accounting). Timings are wall time of single calls and "
         "depend on the machine.\n\n"
-        f"{body}\n"
+        f"{body}\n\n![releases allowed against the per-step mu](accounting.png)\n"
     )
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -338,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line(__file__, argv)
     if mode == "full":  # the committed page holds full-mode figures only
         write_docs(DOCS_PATH, command, body)
+        write_plot(DOCS_PATH.replace(".md", ".png"))
         print(f"wrote {os.path.relpath(DOCS_PATH, REPO_ROOT)} ({command})")
     print(f"total wall time {time.perf_counter() - t_start:.1f} s")
     summary = {"iterations": iterations, "ratio_vs": ratio, "calibration_ms": calibration_ms}
