@@ -8,6 +8,7 @@ import pytest
 from conftest import leaked_strings, posterior_check
 from scipy import stats
 
+from pymc_penalty import ModelNotPrivateError
 from pymc_penalty.variants import (
     DeclarationMismatchError,
     ExpFamPenaltyMetropolis,
@@ -119,3 +120,13 @@ def test_declaration_errors_name_the_argument_and_hide_the_data():
             ExpFamPenaltyMetropolis(statistic=_declaration(), data_bound=3.0, xi=1.0)
         with pytest.raises(TypeError, match="SufficientStatistic"):
             ExpFamPenaltyMetropolis(statistic={"T": None}, xi=1.0)
+
+
+def test_check_refuses_a_likelihood_that_reads_covariates():
+    x = np.random.default_rng(3).normal(size=Y.size)
+    with pm.Model():
+        rate = pm.Gamma("rate", 3.0, 2.0)
+        pm.Weibull("y", alpha=K, beta=(rate * np.exp(x)) ** (-1.0 / K), observed=Y)
+        with pytest.raises(ModelNotPrivateError, match="check_statistic=False") as err:
+            ExpFamPenaltyMetropolis(statistic=_declaration(), xi=1.0)
+    assert not leaked_strings(str(err.value), x)

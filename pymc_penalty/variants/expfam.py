@@ -40,7 +40,12 @@ from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
 from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
-from pymc_penalty.model_checks import ModelNotPrivateError, validate_model
+from pymc_penalty.model_checks import (
+    ModelNotPrivateError,
+    data_sources,
+    depends_on_data,
+    validate_model,
+)
 from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import (
@@ -451,6 +456,13 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
     def _check_declared(self, model, obs, vars, initial_point) -> None:
         """Compare the declaration with the model's log-likelihood on prior-predictive data."""
+        params = list(obs.owner.op.dist_params(obs.owner))
+        if depends_on_data(params, data_sources(model), self._n):
+            # Drawing would read covariates, and the check's outcome would depend on them.
+            raise ModelNotPrivateError(
+                "The likelihood's parameters depend on data (covariates), so the declaration "
+                "cannot be checked without reading them; pass check_statistic=False."
+            )
         y_syn = np.asarray(pm.draw(obs, random_seed=20261120))
         value = model.rvs_to_values[obs]
         y_sym = value.type()
