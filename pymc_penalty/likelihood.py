@@ -18,14 +18,17 @@ from typing import Any
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.logprob.utils import CheckParameterValue
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.compile.mode import get_mode
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
 
-__all__ = ["LikelihoodEvaluationError", "PenaltyLikelihood"]
+__all__ = ["LikelihoodEvaluationError", "PenaltyLikelihood", "per_datapoint_terms"]
 
 
 class LikelihoodEvaluationError(RuntimeError):
@@ -39,6 +42,30 @@ def _per_datapoint(term: pt.TensorVariable) -> pt.TensorVariable:
     if term.ndim == 1:
         return term
     return term.reshape((term.shape[0], -1)).sum(axis=1)
+
+
+def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
+    """Elementwise log-likelihood of each observed variable, one entry per datapoint.
+
+    Trailing axes of an elementwise ``(n, k)`` term are summed; a term with no datapoint
+    axis (one joint density over all rows) comes back as a length-1 vector, which
+    :func:`pymc_penalty.locality.check_row_locality` refuses.
+
+    PyMC's parameter checks are removed from these terms. PyMC reduces each check over all
+    rows (``switch(all(sigma > 0), logp, -inf)``), so one record with an invalid covariate
+    would set every datapoint's term to ``-inf``: one record would move all of them. Without
+    the check an invalid row's term is NaN or infinite on its own, and the step counts it as
+    clipped (its ratio becomes ``-B``). The prior keeps its checks.
+    """
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    checks = {
+        var: var.owner.inputs[0]
+        for var in ancestors(terms)
+        if var.owner is not None and isinstance(var.owner.op, CheckParameterValue)
+    }
+    if checks:
+        terms = graph_replace(terms, checks, strict=False)
+    return [_per_datapoint(t) for t in terms]
 
 
 class PenaltyLikelihood:
@@ -66,10 +93,10 @@ class PenaltyLikelihood:
         compile_kwargs: dict[str, Any] | None = None,
         segments: tuple[np.ndarray, int] | None = None,
     ) -> None:
-        obs_terms = model.logp(vars=model.observed_RVs, sum=False)
-        per_point = _per_datapoint(obs_terms[0])
+        obs_terms = per_datapoint_terms(model)
+        per_point = obs_terms[0]
         for term in obs_terms[1:]:
-            per_point = per_point + _per_datapoint(term)
+            per_point = per_point + term
         prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
         shared = make_shared_replacements(point, value_vars, model)
         (ll, logprior), flat = join_nonshared_inputs(

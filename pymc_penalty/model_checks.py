@@ -5,9 +5,12 @@ left to other step methods, discrete variables, Potentials or priors that depend
 ``total_size`` minibatch scaling, imputed missing observations. Error messages name variables
 and arguments, never data values.
 
-"Data" means every column of the table however it enters the graph: observed values,
-``pm.Data`` containers, and (conservatively) any constant array whose leading axis has the
-datapoint count.
+"Data" means every column of the table however it enters the graph (design notes,
+invariant 8): observed values, ``pm.Data`` containers, and, conservatively, any
+``pytensor.shared`` variable or constant array that could carry records: one with an axis
+of at least half the datapoint count (transposed, reshaped to ``(1, n)`` or sliced to
+``n - 1`` rows), or with at least ``n`` elements in all. The likelihood may read data only
+through per-row terms (invariant 7), checked by :mod:`pymc_penalty.locality`.
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
+from pymc_penalty.locality import RowCouplingError, check_row_locality
+
 __all__ = [
     "ModelNotPrivateError",
+    "carries_records",
     "data_dependent_deterministics",
+    "data_dependent_variables",
+    "data_dims",
     "data_sources",
     "depends_on_data",
     "n_datapoints",
@@ -33,6 +41,19 @@ __all__ = [
 
 class ModelNotPrivateError(ValueError):
     """The model has a feature through which data would reach the chain without noise."""
+
+
+def carries_records(shape: Sequence[int], n: int) -> bool:
+    """Whether an array of this shape could hold the records of an ``n``-row dataset.
+
+    Conservative on purpose: an axis of at least ``ceil(n / 2)`` (rows, a transpose, a
+    reshape to ``(1, n)``, a slice of ``n - 1`` rows) or at least ``n`` elements in all
+    (any other reshape). A false positive costs a refusal; a false negative, a leak.
+    """
+    if n < 2 or len(shape) == 0:
+        return False
+    half = (n + 1) // 2
+    return any(int(s) >= half for s in shape) or int(np.prod(shape)) >= n
 
 
 def _shape_of(var: Variable) -> tuple[int, ...]:
@@ -69,35 +90,43 @@ def n_datapoints(model: pm.Model) -> int:
         shape = _shape_of(model.rvs_to_values[rv])
         lengths[rv.name] = shape[0] if shape else 1
     if len(set(lengths.values())) > 1:
-        described = ", ".join(f"{name!r} has {n}" for name, n in lengths.items())
+        # The counts are not printed: under add/remove-one neighbours n itself is private.
         raise ModelNotPrivateError(
-            "Observed variables must share their leading (datapoint) axis so that datapoint i "
-            f"is row i of every one of them; {described} rows."
+            f"Observed variables {sorted(lengths)} must share their leading (datapoint) axis "
+            "so that datapoint i is row i of every one of them; their row counts differ."
         )
     return next(iter(lengths.values()))
 
 
 def data_sources(model: pm.Model) -> list[Variable]:
-    """Graph variables that hold data: observed values and ``pm.Data`` containers."""
+    """Graph variables that are data by declaration: observed values and ``pm.Data``."""
     sources = [model.rvs_to_values[rv] for rv in model.observed_RVs]
     sources += list(model.data_vars)
     return sources
 
 
+def _array_shape(var: Variable) -> tuple[int, ...] | None:
+    """Shape of a constant or shared tensor (None for anything else)."""
+    if isinstance(var, Constant):
+        return tuple(np.shape(var.data))
+    if isinstance(var, TensorSharedVariable):
+        return tuple(np.shape(var.get_value(borrow=True)))
+    return None
+
+
 def depends_on_data(outputs: Sequence[Variable], sources: Iterable[Variable], n: int) -> bool:
     """Whether any of ``outputs`` depends on data.
 
-    Conservative: besides the variables in ``sources``, any constant with at least one axis
-    whose leading length equals the datapoint count ``n`` (for ``n > 1``) counts as data.
+    Besides the variables in ``sources``, any constant or ``pytensor.shared`` array that
+    :func:`carries_records` counts as data, whatever its name or shape.
     """
     source_set = set(sources)
     for var in ancestors(list(outputs)):
         if var in source_set:
             return True
-        if isinstance(var, Constant) and n > 1:
-            shape = np.shape(var.data)
-            if len(shape) >= 1 and shape[0] == n:
-                return True
+        shape = _array_shape(var)
+        if shape is not None and carries_records(shape, n):
+            return True
     return False
 
 
@@ -108,7 +137,44 @@ def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list
     return [d.name for d in model.deterministics if depends_on_data([d], sources, n)]
 
 
-def validate_model(model: pm.Model, value_vars: Sequence[Variable]) -> int:
+def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]:
+    """Names of every model variable whose draws would carry data.
+
+    Deterministics that read data, and observed variables whose generative graph reads
+    covariates (their posterior or prior predictive draws are functions of the covariates,
+    e.g. ``y_rep_i ~ Bernoulli(logit(x_i beta))``).
+    """
+    n = n_datapoints(model) if n is None else n
+    sources = data_sources(model)
+    names = data_dependent_deterministics(model, n)
+    names += [rv.name for rv in model.observed_RVs if depends_on_data([rv], sources, n)]
+    return names
+
+
+def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
+    """Dimensions whose coordinates label records (record ids are data too).
+
+    The dims of observed variables and ``pm.Data`` containers, and any model coordinate as
+    long as the data (``n``).
+    """
+    n = n_datapoints(model) if n is None else n
+    dims: set[str] = set()
+    named = model.named_vars_to_dims
+    for var in [*model.observed_RVs, *model.data_vars]:
+        dims.update(d for d in named.get(var.name, ()) if d is not None)
+    for name, values in model.coords.items():
+        if values is not None and len(values) == n:
+            dims.add(name)
+    return sorted(dims)
+
+
+def validate_model(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    *,
+    row_locality: bool = True,
+    point: dict[str, np.ndarray] | None = None,
+) -> int:
     """Refuse models that cannot be sampled privately; return the datapoint count.
 
     Parameters
@@ -116,6 +182,13 @@ def validate_model(model: pm.Model, value_vars: Sequence[Variable]) -> int:
     model : pm.Model
     value_vars : sequence of Variable
         The value variables assigned to the step.
+    row_locality : bool, default True
+        Check that each datapoint's log-likelihood term reads its own row only
+        (:func:`pymc_penalty.locality.check_row_locality`), as every step that clips
+        per-datapoint ratios needs. The exponential-family step computes its statistic one
+        row at a time itself and skips it.
+    point : dict, optional
+        Initial point (shapes of ``value_vars``) for the row-locality check.
 
     Returns
     -------
@@ -159,6 +232,15 @@ def validate_model(model: pm.Model, value_vars: Sequence[Variable]) -> int:
                     "data. Drop or impute the missing rows before sampling."
                 )
     n = n_datapoints(model)
+    for rv in model.observed_RVs:
+        shape = _shape_of(model.rvs_to_values[rv])
+        if len(shape) >= 2 and max(shape[1:]) > shape[0]:
+            # One record would sit in every "row": each clipped term would move at once.
+            raise ModelNotPrivateError(
+                f"Observed variable {rv.name!r} has a trailing axis longer than its leading "
+                "(datapoint) axis, as transposed data do. Datapoint i must be row i: "
+                "transpose the data so that records run along the first axis."
+            )
     sources = data_sources(model)
     for pot in model.potentials:
         if depends_on_data([pot], sources, n):
@@ -167,9 +249,17 @@ def validate_model(model: pm.Model, value_vars: Sequence[Variable]) -> int:
                 "acceptance test without noise. Express it as an observed likelihood term."
             )
     # The generative graph, not the logp graph: PyMC's logp rewrites constant-fold data.
-    if depends_on_data(model.free_RVs, sources, n):
-        raise ModelNotPrivateError(
-            "A prior (the distribution of a free variable) depends on data; its value would "
-            "enter the acceptance test without noise. Use data-independent priors."
-        )
+    for rv in model.free_RVs:
+        if depends_on_data([rv], sources, n):
+            raise ModelNotPrivateError(
+                f"The prior of {rv.name!r} depends on data (an observed value, pm.Data, or an "
+                "array that could hold records); its value would enter the acceptance test "
+                "without noise. Use data-independent priors with scalar or small public "
+                "parameters."
+            )
+    if row_locality:
+        try:
+            check_row_locality(model, value_vars, point or model.initial_point(), n)
+        except RowCouplingError as exc:
+            raise ModelNotPrivateError(str(exc)) from None
     return n

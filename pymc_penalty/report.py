@@ -16,9 +16,9 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty._version import __version__
-from pymc_penalty.model_checks import data_dependent_deterministics
+from pymc_penalty.model_checks import data_dependent_variables, data_dims, n_datapoints
 
-__all__ = ["DATA_GROUPS", "REPORT_KEYS", "attach_report", "build_report"]
+__all__ = ["DATA_GROUPS", "REPORT_KEYS", "attach_report", "build_report", "strip_data"]
 
 #: InferenceData groups that hold the data itself or exact functions of it.
 DATA_GROUPS = ("observed_data", "constant_data", "log_likelihood", "predictions_constant_data")
@@ -140,6 +140,57 @@ def _trim_unreleased(idata: az.InferenceData) -> int:
     return total - keep
 
 
+def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any]) -> list[str]:
+    """Remove everything data-bearing from ``idata`` (in place); return what was removed.
+
+    - the groups that hold data (:data:`DATA_GROUPS`);
+    - in every other group, each variable whose draws carry data (Deterministics that read
+      data, predictive draws of observed variables whose graph reads covariates);
+    - the coordinate values of data dimensions (record ids), keeping the dimension;
+    - under add/remove-one neighbours, where ``n`` itself is private: every variable with a
+      data dimension or an axis of length ``n``, and PyMC's ``sampling_time`` attribute,
+      which grows with ``n``.
+    """
+    removed: list[str] = []
+    for group in DATA_GROUPS:
+        if group in idata.groups():
+            delattr(idata, group)
+            removed.append(group)
+    n = n_datapoints(model)
+    leaky = set(data_dependent_variables(model, n))
+    dims = set(data_dims(model, n))
+    hide_n = report.get("dp_neighbours") == "add_remove"
+    for group in idata.groups():
+        ds = getattr(idata, group)
+        drop = [name for name in ds.data_vars if name in leaky]
+        if hide_n:
+            drop += [
+                name
+                for name, var in ds.data_vars.items()
+                if name not in drop
+                and any(
+                    d in dims or (d not in ("chain", "draw") and size == n)
+                    for d, size in var.sizes.items()
+                )
+            ]
+        coords = [c for c in ds.coords if c in dims]
+        if drop:
+            ds = ds.drop_vars(drop)
+            removed.extend(f"{group}/{name}" for name in drop)
+        if coords:
+            ds = ds.drop_vars(coords)
+            removed.extend(f"{group}/coords/{name}" for name in coords)
+        setattr(idata, group, ds)
+    if hide_n and "sampling_time" in idata.attrs:
+        del idata.attrs["sampling_time"]
+        removed.append("attrs/sampling_time")
+    for group in idata.groups():
+        ds = getattr(idata, group)
+        if hide_n and "sampling_time" in ds.attrs:
+            ds.attrs.pop("sampling_time")
+    return removed
+
+
 def attach_report(
     idata: az.InferenceData,
     report: dict[str, Any],
@@ -170,19 +221,7 @@ def attach_report(
         The same object.
     """
     model = pm.modelcontext(model)
-    removed: list[str] = []
-    if not keep_data:
-        for group in DATA_GROUPS:
-            if group in idata.groups():
-                delattr(idata, group)
-                removed.append(group)
-        leaky = data_dependent_deterministics(model)
-        for group in idata.groups():
-            ds = getattr(idata, group)
-            drop = [name for name in leaky if name in ds.data_vars]
-            if drop:
-                setattr(idata, group, ds.drop_vars(drop))
-                removed.extend(f"{group}/{name}" for name in drop)
+    removed: list[str] = [] if keep_data else strip_data(idata, model, report)
     trimmed = _trim_unreleased(idata) if trim else 0
     for key, value in report.items():
         idata.attrs[key] = value

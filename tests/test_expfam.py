@@ -299,9 +299,14 @@ def test_errors_name_the_argument():
         with pytest.raises(ValueError, match="must be a constant"):
             ExpFamPenaltyMetropolis(data_bound=5, xi=1.0)
     with pm.Model():
-        b = pm.Normal("b")
-        pm.Poisson("y", pm.math.exp(b * np.arange(20.0)), observed=y)
+        b = pm.Normal("b", shape=20)
+        pm.Poisson("y", pm.math.exp(b), observed=y)
         with pytest.raises(ValueError, match="one scalar shared"):
+            ExpFamPenaltyMetropolis(data_bound=5, xi=1.0)
+    with pm.Model():
+        b = pm.Normal("b")  # a per-row array in the parameter carries records: refused
+        pm.Poisson("y", pm.math.exp(b * np.arange(20.0)), observed=y)
+        with pytest.raises(ModelNotPrivateError, match="depends on data"):
             ExpFamPenaltyMetropolis(data_bound=5, xi=1.0)
     with pm.Model():
         lam = pm.Gamma("lam", 2.0, 1.0)

@@ -78,11 +78,42 @@ def test_check_never_reads_the_real_data():
     calls: list[np.ndarray] = []
     with _weibull_model():
         ExpFamPenaltyMetropolis(statistic=_declaration(calls=calls), mu=0.5)
-    real = [c for c in calls if c.shape == Y.shape and np.array_equal(c, Y)]
-    assert len(real) == 1  # S is computed once from the data
-    assert len(calls) == 2  # and the check ran once, on other (synthetic) values
-    synthetic = next(c for c in calls if not np.array_equal(c, Y))
-    assert not np.any(np.isin(synthetic, Y))
+    # The statistic sees one datapoint per call, so it cannot read other rows.
+    assert all(c.shape == (1,) for c in calls)
+    real = [c for c in calls if np.isin(c, Y).all()]
+    synthetic = [c for c in calls if not np.isin(c, Y).any()]
+    assert len(real) + len(synthetic) == len(calls)
+    # S is computed once from the data (every row, plus the spot check's repeats) ...
+    assert {float(c[0]) for c in real} == set(Y.tolist())
+    assert len(real) == Y.size + 16
+    # ... and the declaration check ran on other (synthetic) values only.
+    assert len(synthetic) == Y.size + 16
+
+
+def test_statistic_that_reads_other_rows_cannot_couple_them():
+    """T(y) = y - mean(y) over the rows it is given: applied per row it reads one row."""
+    centred = SufficientStatistic(
+        statistic=lambda y: np.asarray(y, float) - np.mean(y),
+        natural=lambda p: [0.0],
+        log_partition=lambda p: 0.0,
+        bound=10.0,
+    )
+    y = np.array([1.0, 2.0, 30.0])
+    y_neighbour = np.array([1.0, 2.0, -30.0])  # one record changed
+    t, t_neighbour = centred.rows(y), centred.rows(y_neighbour)
+    assert np.array_equal(t[:2], t_neighbour[:2])  # the other rows do not move
+
+
+def test_statistic_with_state_is_refused():
+    seen = []
+
+    def running(y):
+        seen.append(float(np.asarray(y).ravel()[0]))
+        return np.asarray([sum(seen)])  # depends on every row seen so far
+
+    stateful = SufficientStatistic(running, lambda p: [0.0], lambda p: 0.0, bound=10.0)
+    with pytest.raises(ValueError, match="pure function"):
+        stateful.rows(np.arange(5.0))
 
 
 def test_sum_is_clipped_to_the_bound_and_sensitivity_follows_neighbours():

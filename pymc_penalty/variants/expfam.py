@@ -309,7 +309,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
-        n = validate_model(model, vars)
+        n = validate_model(model, vars, row_locality=False)
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
@@ -347,6 +347,16 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             )
         fam = FAMILIES[op_name]
         params = list(obs.owner.op.dist_params(obs.owner))
+        if depends_on_data(params, data_sources(model), n):
+            # A parameter read from covariates would enter n * (A(theta') - A(theta)), and the
+            # statistic's own terms, without noise.
+            raise ModelNotPrivateError(
+                f"A parameter of the {op_name} likelihood of {obs.name!r} depends on data "
+                "(pm.Data, observed values, or an array that could hold records): "
+                "ExpFamPenaltyMetropolis needs parameters that are functions of the free "
+                "variables alone, the same for every datapoint. Use PenaltyMetropolis for "
+                "regressions and exposures."
+            )
         const = []
         for i, p in enumerate(params):
             if i == fam.varying:

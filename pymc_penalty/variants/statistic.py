@@ -23,6 +23,9 @@ import numpy as np
 
 __all__ = ["DeclarationMismatchError", "SufficientStatistic"]
 
+#: Rows recomputed, in reverse order, to check that ``statistic`` keeps no state.
+_SPOT_CHECKS = 16
+
 
 class DeclarationMismatchError(ValueError):
     """The declared exponential family does not reproduce the model's log-likelihood."""
@@ -37,7 +40,10 @@ class SufficientStatistic:
     statistic : callable
         ``statistic(y) -> ndarray`` of shape ``(n, k)`` (or ``(n,)`` for ``k = 1``): the
         per-datapoint sufficient statistic ``T(y_i)``, from the observed values as stored in
-        the model (leading axis: datapoint).
+        the model (leading axis: datapoint). The step calls it on one datapoint at a time
+        (``y[i:i + 1]``), so it cannot read other rows; it must be a pure function (no state
+        kept between calls: a spot check recomputes some rows in another order and refuses a
+        statistic whose rows change).
     natural : callable
         ``natural(params) -> ndarray`` of shape ``(k,)``: the natural parameter ``eta(theta)``.
         ``params`` maps the model's free variable names to their values (constrained space).
@@ -72,15 +78,42 @@ class SufficientStatistic:
         return 2.0 * float(self.bound) if substitute else float(self.bound)
 
     def rows(self, y: np.ndarray) -> np.ndarray:
-        """``T(y_i)`` as a float64 ``(n, k)`` array, before clipping."""
-        t = np.asarray(self.statistic(np.asarray(y)), dtype=np.float64)
-        n = np.asarray(y).shape[0] if np.ndim(y) else 1
-        if t.ndim == 1:
-            t = t[:, None]
-        if t.ndim != 2 or t.shape[0] != n:
+        """``T(y_i)`` as a float64 ``(n, k)`` array, before clipping.
+
+        ``statistic`` is applied to one row at a time (``y[i:i + 1]``), so a callable that
+        reads other rows (a mean, a rank, a sort) cannot move another row's term: the
+        sensitivity bound holds whatever the callable computes.
+        """
+        y = np.asarray(y)
+        if y.ndim == 0:
+            y = y[None]
+        rows = [self._one_row(y[i : i + 1]) for i in range(y.shape[0])]
+        if not rows:
+            return np.zeros((0, 1))
+        widths = {r.shape[0] for r in rows}
+        if len(widths) != 1:
+            raise ValueError("`statistic` must return rows of one length k for every datapoint.")
+        t = np.stack(rows)
+        # Spot check that no state carries between calls: recompute some rows in reverse.
+        for i in np.linspace(y.shape[0] - 1, 0, min(y.shape[0], _SPOT_CHECKS)).astype(int):
+            again = self._one_row(y[i : i + 1])
+            if again.shape != t[i].shape or not np.array_equal(again, t[i], equal_nan=True):
+                raise ValueError(
+                    "`statistic` returned a different row for the same datapoint on a second "
+                    "call: it must be a pure function of the one row it is given."
+                )
+        return t
+
+    def _one_row(self, row: np.ndarray) -> np.ndarray:
+        t = np.asarray(self.statistic(row), dtype=np.float64)
+        if t.ndim == 0:
+            t = t[None]
+        if t.ndim == 2 and t.shape[0] == 1:
+            t = t[0]
+        if t.ndim != 1:
             raise ValueError(
-                f"`statistic` must return one row per datapoint, shape ({n}, k); got an array "
-                f"of shape {t.shape}."
+                "`statistic` must return one row per datapoint: given one datapoint (an array "
+                f"with one row) a vector of length k or a (1, k) array, not {t.ndim} dimensions."
             )
         return t
 

@@ -1,0 +1,361 @@
+"""The gate: every idiom through which data could reach the output without noise.
+
+Design notes, invariants 7 (row locality) and 8 (data is whatever carries a record). Each
+idiom is written the way users write it, and is either refused before anything is compiled
+or spent, or cleaned from the published result. Controls that must still be accepted sit at
+the end: a gate that refuses everything would pass the rest of this file.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+import xarray as xr
+
+from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis
+from pymc_penalty.model_checks import (
+    carries_records,
+    data_dependent_variables,
+    data_dims,
+    validate_model,
+)
+from pymc_penalty.report import attach_report
+from pymc_penalty.variants import ExpFamPenaltyMetropolis
+
+N = 120
+RNG = np.random.default_rng(20261124)
+X = RNG.normal(size=(N, 2))
+Y_BIN = RNG.binomial(1, 0.5, size=N)
+Y_REAL = RNG.normal(size=N)
+Y_COUNT = RNG.poisson(2.0, size=N)
+QUIET = dict(progressbar=False, compute_convergence_checks=False)
+
+
+def _refused(build, match: str) -> str:
+    """Build the model, construct the step, and return the refusal's message."""
+    with pm.Model():
+        build()
+        with pytest.raises(ModelNotPrivateError, match=match) as err:
+            PenaltyMetropolis(mu=0.5)
+    message = str(err.value)
+    for value in (*X.ravel()[:20], *Y_REAL[:20]):
+        assert f"{value:.6g}" not in message and f"{value!r}" not in message
+    return message
+
+
+# --- rows that couple (invariant 7) ---------------------------------------------------------
+
+
+def test_covariates_centred_and_scaled_inside_the_model_are_refused():
+    def build():
+        xd = pm.Data("xd", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * (xd - xd.mean()) / xd.std(), observed=Y_BIN)
+
+    message = _refused(build, "moves other datapoints")
+    assert "'xd'" in message and "outside the model with public constants" in message
+
+
+def test_raw_numpy_covariates_centred_inside_the_model_are_refused():
+    def build():
+        x = pt.as_tensor_variable(X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * (x - x.mean()), observed=Y_BIN)
+
+    assert "a constant array of shape (n,)" in _refused(build, "moves other datapoints")
+
+
+def test_shared_covariates_scaled_by_their_maximum_are_refused():
+    def build():
+        x = pytensor.shared(X[:, 1], name="x_shared")
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b * x / pt.max(pt.abs(x)), 1.0, observed=Y_REAL)
+
+    assert "'x_shared'" in _refused(build, "moves other datapoints")
+
+
+def test_one_joint_mvnormal_over_all_rows_is_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        pm.MvNormal("y", mu=m * np.ones(N), cov=np.eye(N), observed=Y_REAL)
+
+    _refused(build, "one joint log density")
+
+
+def test_a_term_that_reads_the_previous_row_is_refused():
+    def build():
+        yd = pm.Data("yd", Y_REAL)
+        rho = pm.Normal("rho", 0, 0.5)
+        pm.Normal("y", rho * pt.roll(yd, 1), 1.0, observed=Y_REAL)
+
+    _refused(build, "moves other datapoints")
+
+
+def test_a_summary_of_the_observations_inside_a_term_is_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        y_obs = pm.Data("y_obs", Y_REAL)
+        pm.Normal("y", m + 0.1 * y_obs.mean(), 1.0, observed=y_obs)
+
+    _refused(build, "moves other datapoints")
+
+
+def test_transposed_observations_are_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1.0, observed=np.stack([Y_REAL, Y_REAL]))
+
+    _refused(build, "transpose the data")
+
+
+# --- data that would enter without noise (invariant 8) ----------------------------------------
+
+
+def test_potential_reading_a_shared_copy_of_the_data_is_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        pm.Potential("fit", -((pytensor.shared(Y_REAL) - m) ** 2).sum())
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+
+    _refused(build, "Potential 'fit' depends on data")
+
+
+def test_potential_reading_reshaped_data_is_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        pm.Potential("fit", -((Y_REAL.reshape(1, N) - m) ** 2).sum())
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+
+    _refused(build, "Potential 'fit' depends on data")
+
+
+def test_potential_reading_data_sliced_to_n_minus_one_rows_is_refused():
+    def build():
+        m = pm.Normal("m", 0, 1)
+        pm.Potential("fit", -((Y_REAL[1:] - m) ** 2).sum())
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+
+    _refused(build, "Potential 'fit' depends on data")
+
+
+def test_prior_reading_pm_data_is_refused():
+    def build():
+        yd = pm.Data("yd", Y_REAL)
+        m = pm.Normal("m", yd.mean(), 1.0)
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+
+    _refused(build, "The prior of 'm' depends on data")
+
+
+def test_prior_reading_a_reshaped_copy_of_the_data_is_refused():
+    def build():
+        m = pm.Normal("m", pt.as_tensor_variable(Y_REAL.reshape(10, N // 10)).mean(), 1.0)
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+
+    _refused(build, "The prior of 'm' depends on data")
+
+
+def test_expfam_parameter_reading_a_covariate_is_refused():
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        exposure = pm.Data("exposure", np.abs(X[:, 0]) + 0.5)
+        pm.Poisson("y", pm.math.exp(a) * exposure.mean(), observed=Y_COUNT)
+        with pytest.raises(ModelNotPrivateError, match="depends on data"):
+            ExpFamPenaltyMetropolis(mu=0.5, data_bound=10.0)
+
+
+def test_expfam_parameter_reading_a_numpy_covariate_is_refused():
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        pm.Poisson(
+            "y", pm.math.exp(a) * np.mean(np.abs(X[:, :1]) + X[:, :1] ** 2), observed=Y_COUNT
+        )
+        # A scalar computed in NumPy is a public constant as far as any check can tell; the
+        # same computation left in the graph is caught:
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        x = pt.as_tensor_variable(np.abs(X[:, 0]))
+        pm.Poisson("y", pm.math.exp(a) * x.mean(), observed=Y_COUNT)
+        with pytest.raises(ModelNotPrivateError, match="depends on data"):
+            ExpFamPenaltyMetropolis(mu=0.5, data_bound=10.0)
+
+
+def test_record_detection_is_conservative():
+    assert carries_records((N,), N)
+    assert carries_records((N - 1,), N)  # sliced
+    assert carries_records((1, N), N)  # reshaped
+    assert carries_records((3, N), N)  # transposed
+    assert carries_records((10, N // 10), N)  # reshaped to no axis of length n
+    assert carries_records((N // 2 + 1,), N)  # every other row
+    # Control: the small public arrays of ordinary priors are not data.
+    assert not carries_records((3,), N)
+    assert not carries_records((3, 3), N)
+    assert not carries_records((), N)
+
+
+# --- cleaned from the result ---------------------------------------------------------------------
+
+
+def _leaky_model():
+    """Logistic regression with the covariates in three idioms and data-reading outputs."""
+    with pm.Model(coords={"obs_id": [f"patient-{i}" for i in range(N)]}) as model:
+        xs = pytensor.shared(X, name="X_shared")
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Deterministic("eta_t", pm.math.dot(beta, X.T))  # X.T has shape (d, n)
+        pm.Deterministic("eta_shared", pm.math.dot(xs, beta))
+        pm.Deterministic("fitted_tail", pm.math.dot(X[1:], beta))  # n - 1 rows
+        pm.Deterministic("beta_sum", beta.sum())  # control: no data
+        pm.Bernoulli("y", logit_p=pm.math.dot(xs, beta), observed=Y_BIN, dims="obs_id")
+    return model
+
+
+def test_data_dependent_outputs_are_named():
+    model = _leaky_model()
+    leaky = set(data_dependent_variables(model))
+    assert {"eta_t", "eta_shared", "fitted_tail", "y"} <= leaky
+    assert "beta_sum" not in leaky and "beta" not in leaky
+    assert data_dims(model) == ["obs_id"]
+
+
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_stripping_removes_data_outputs_and_record_ids(neighbours):
+    model = _leaky_model()
+    with model:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = PenaltyMetropolis(mu=0.5, neighbours=neighbours)
+            idata = pm.sample(draws=5, tune=5, chains=1, step=step, random_seed=1, cores=1, **QUIET)
+        pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False)
+    assert "obs_id" in idata.posterior_predictive.coords  # the raw result has record ids
+    idata.attrs["sampling_time"] = 1.0
+    report = {"dp_neighbours": neighbours}
+    attach_report(idata, report, model=model)
+    for group in idata.groups():
+        ds = getattr(idata, group)
+        assert not {"eta_t", "eta_shared", "fitted_tail"} & set(ds.data_vars), group
+        assert "obs_id" not in ds.coords, group
+        for name in ds.data_vars:
+            assert not np.isin(np.asarray(ds[name].values), X).any(), f"{group}/{name}"
+    assert "y" not in idata.posterior_predictive  # y_rep_i reads x_i
+    assert "beta_sum" in idata.posterior and "beta" in idata.posterior
+    assert not {"observed_data", "constant_data"} & set(idata.groups())
+    assert ("sampling_time" in idata.attrs) == (neighbours == "substitute")
+
+
+def test_add_remove_drops_variables_whose_length_is_n():
+    """Under add/remove-one, n is private: a per-record variable's length would tell it."""
+    idata = az.InferenceData(
+        posterior=xr.Dataset(
+            {
+                "u": (("chain", "draw", "u_dim"), np.zeros((1, 3, N))),
+                "m": (("chain", "draw"), np.zeros((1, 3))),
+            }
+        )
+    )
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+    attach_report(idata, {"dp_neighbours": "add_remove"}, model=model)
+    assert "u" not in idata.posterior and "m" in idata.posterior
+
+
+def test_row_count_mismatch_message_holds_no_counts():
+    with pm.Model() as model:
+        m = pm.Normal("m")
+        pm.Normal("a", m, 1.0, observed=Y_REAL)
+        pm.Normal("b", m, 1.0, observed=Y_REAL[:-1])
+        with pytest.raises(ModelNotPrivateError) as err:
+            validate_model(model, model.value_vars)
+    assert str(N) not in str(err.value) and str(N - 1) not in str(err.value)
+
+
+# --- controls: models written correctly must still be accepted --------------------------------
+
+
+def _accepted(build) -> None:
+    with pm.Model():
+        build()
+        PenaltyMetropolis(mu=0.5)
+
+
+def test_control_rowwise_mvnormal_is_accepted():
+    def build():
+        mu = pm.Normal("mu", 0, 1, shape=2)
+        pm.MvNormal("y", mu=mu, cov=np.eye(2), observed=X)
+
+    _accepted(build)
+
+
+def test_control_hierarchical_model_with_a_group_index_is_accepted():
+    def build():
+        group = RNG.integers(0, 4, size=N)
+        a = pm.Normal("a", 0, 1, shape=4)
+        s = pm.HalfNormal("s", 1.0)
+        pm.Normal("y", a[group], s, observed=Y_REAL)
+
+    _accepted(build)
+
+
+def test_control_logistic_regression_with_pm_data_is_accepted():
+    def build():
+        xd = pm.Data("xd", X)
+        beta = pm.Normal("beta", np.zeros(2), 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(xd, beta), observed=Y_BIN)
+
+    _accepted(build)
+
+
+def test_control_covariates_standardised_outside_with_public_constants_is_accepted():
+    public_mean, public_sd = 0.0, 1.5  # published constants, not computed from these rows
+    xs = (X - public_mean) / public_sd
+
+    def build():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(xs, beta), observed=Y_BIN)
+
+    _accepted(build)
+
+
+def test_control_poisson_with_a_per_row_exposure_is_accepted():
+    def build():
+        exposure = pm.Data("exposure", np.abs(X[:, 0]) + 0.5)
+        a = pm.Normal("a", 0, 1)
+        pm.Poisson("y", pm.math.exp(a) * exposure, observed=Y_COUNT)
+
+    _accepted(build)
+
+
+def test_control_model_with_initvals_is_accepted():
+    with pm.Model():
+        m = pm.Normal("m", 0, 1, initval=0.3)
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+        PenaltyMetropolis(mu=0.5)
+
+
+def test_an_invalid_covariate_moves_only_its_own_term():
+    """PyMC checks parameters over all rows at once (one invalid exposure would set every
+    term to -inf); the step's terms check row by row, so the clipped sums of two neighbours,
+    one with an invalid record, differ by at most the claimed sensitivity 2B."""
+    from pymc_penalty.likelihood import PenaltyLikelihood
+
+    exposure = np.abs(X[:, 0]) + 0.5
+    bad = exposure.copy()
+    bad[7] = -1.0  # a worst-case neighbour: one record outside the parameter's domain
+    sums = []
+    for e in (exposure, bad):
+        with pm.Model() as model:
+            a = pm.Normal("a", 0, 1)
+            pm.Poisson("y", pm.math.exp(a) * pm.Data("e", e), observed=Y_COUNT)
+        point = model.initial_point()
+        lik = PenaltyLikelihood(model, model.value_vars, point)
+        ll0, _ = lik.initial(np.array([0.0]), N)
+        _, clipped_sum, _, _ = lik.evaluate(np.array([0.3]), ll0, 0.05)
+        sums.append(clipped_sum)
+    assert np.isfinite(sums).all()
+    assert abs(sums[0] - sums[1]) <= 2 * 0.05 + 1e-12
