@@ -404,7 +404,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             if int(np.prod(shape)) != 1:
                 raise ValueError(
                     f"The {op_name} parameter of {obs.name!r} must be one scalar shared by "
-                    f"all datapoints (it has shape {shape}): use PenaltyMetropolis for "
+                    "all datapoints (it has more than one value): use PenaltyMetropolis for "
                     "regressions."
                 )
         self.family = op_name

@@ -68,7 +68,8 @@ def validate_owners(owners: Any, n: int | None = None, n_owners: int | None = No
     if arr.dtype.kind not in "iu":
         raise ValueError(f"`owners` must hold integers; got dtype {arr.dtype}.")
     if n is not None and arr.shape[0] != n:
-        raise ValueError(f"`owners` has length {arr.shape[0]}; the model has {n} datapoints.")
+        # Lengths are not printed: under add/remove-one neighbours n itself is private.
+        raise ValueError("`owners` must have one entry per datapoint; its length differs.")
     if arr.min() < 0:
         raise ValueError("`owners` must be non-negative owner indices.")
     if n_owners is not None and arr.max() >= n_owners:
@@ -141,9 +142,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         self._segments = (owners_arr, n_owners)
         super().__init__(vars, noise_sd=noise_sd, **kwargs)
         if owners_arr.shape[0] != self._n:
-            raise ValueError(
-                f"`owners` has length {owners_arr.shape[0]}; the model has {self._n} datapoints."
-            )
+            raise ValueError("`owners` must have one entry per datapoint; its length differs.")
         self.owners = owners_arr
         self.n_owners = n_owners
         self.owner_sizes = np.bincount(owners_arr, minlength=n_owners)
