@@ -3,7 +3,7 @@
 from pymc_penalty import diagnostics
 from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
-from pymc_penalty.api import PrivateSamplingError, sample
+from pymc_penalty.api import PrivateSamplingError, finalize, sample
 from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
 from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
 from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
@@ -11,7 +11,7 @@ from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
-from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis
+from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
 
 __all__ = [
     "BudgetExhausted",
@@ -25,6 +25,7 @@ __all__ = [
     "PrivacyLedger",
     "PrivateSamplingError",
     "RunPlan",
+    "UnpublishedResultWarning",
     "__version__",
     "attach_report",
     "build_report",
@@ -32,6 +33,7 @@ __all__ = [
     "diagnostics",
     "epsilon_curve",
     "expected_acceptance",
+    "finalize",
     "gdp_epsilon",
     "gdp_mu",
     "plot_epsilon",

@@ -1,27 +1,33 @@
-"""``pymc_penalty.sample``: plan, calibrate, sample and report in one call."""
+"""``pymc_penalty.sample``: plan, calibrate, sample and report in one call; ``finalize``.
+
+Both paths share one budget path and one report path: :func:`sample` builds a budgeted
+:class:`~pymc_penalty.PenaltyMetropolis` (which calibrates itself from the budget and the
+ledger) and ends with the same code as :func:`finalize`, the last step of the low-level path
+``pm.sample(step=PenaltyMetropolis(epsilon=..., delta=...))``.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any
 
 import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.budget import PrivacyBudget, RunPlan, calibrate
+from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.model_checks import n_datapoints
 from pymc_penalty.report import attach_report, build_report
-from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
 
-__all__ = ["PrivateSamplingError", "sample"]
+__all__ = ["PrivateSamplingError", "finalize", "sample"]
 
 #: Below this share of the ledger's budget ``mu^2``, what is left counts as nothing.
-_NEGLIGIBLE_SHARE = 1e-6
+_NEGLIGIBLE_SHARE = NEGLIGIBLE_SHARE
 
 
 class PrivateSamplingError(RuntimeError):
@@ -56,6 +62,165 @@ def _check_warm_start(warm_start: float, warm_start_clip: float | None, steps: i
             raise ValueError("`warm_start_clip` must be a finite positive number, in (0, inf).")
     if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
         raise ValueError("`warm_start_steps` must be a positive integer.")
+
+
+def _releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
+    """Releases per chain, tuning included, from the stored statistics and the ledger.
+
+    Stored draws say which were released. Tuning draws are usually not stored: a chain whose
+    first stored draw was released released every tuning step too (a ledger's refusal is
+    final for a fixed per-step cost, so nothing before a released step was refused). For the
+    other chains the ledger's release count, less the chains known, is shared out, each
+    getting at most its tuning steps.
+    """
+    stats = idata.sample_stats
+    released = np.asarray(stats["dp_released"].values, dtype=bool)
+    counts = released.sum(axis=1)
+    warm = idata.warmup_sample_stats if "warmup_sample_stats" in idata.groups() else None
+    if warm is not None and "dp_released" in warm:
+        counts = counts + np.asarray(warm["dp_released"].values, dtype=bool).sum(axis=1)
+    else:
+        tune = int(stats.attrs.get("tuning_steps", 0) or 0)
+        certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
+        counts = counts + np.where(certain, tune, 0)
+        total = getattr(ledger, "releases", None)
+        rest = tune * int((~certain).sum()) if total is None else int(total) - int(counts.sum())
+        for c in np.flatnonzero(~certain):
+            share = min(tune, max(rest, 0))
+            counts[c] += share
+            rest -= share
+    chains = np.asarray(stats["chain"].values)
+    return {int(c): int(k) for c, k in zip(chains, counts, strict=True)}
+
+
+def _return_reservation(ledger: Any) -> None:
+    release = getattr(ledger, "release_unused", None)
+    if release is not None:
+        release()
+
+
+def _step_report(
+    step: Any,
+    budget: PrivacyBudget,
+    callback: PrivacyCallback | None,
+    clipped_fraction: float,
+    releases_by_chain: dict[int, int] | None = None,
+) -> dict[str, Any]:
+    """The report of what ``step``'s ledger has committed (its unused reservation returned)."""
+    _return_reservation(step.ledger)
+    if callback is not None:
+        releases_by_chain = dict(callback.releases_by_chain)
+    return build_report(
+        step=step,
+        budget=budget,
+        spent_mu2=step.ledger.spent_mu2,
+        releases_by_chain=releases_by_chain or {},
+        clipped_fraction=clipped_fraction,
+        component_mu2=None if callback is None else dict(callback.component_mu2),
+    )
+
+
+def _finalize(
+    idata: az.InferenceData,
+    step: Any,
+    *,
+    callback: PrivacyCallback | None,
+    model: pm.Model | None,
+    keep_data: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> az.InferenceData:
+    budget = getattr(step, "budget", None)
+    if budget is None and callback is not None:
+        budget = callback.budget
+    if budget is None:
+        raise ValueError(
+            "`step` has no budget: construct it with `epsilon` and `delta` (or pass the "
+            "`callback` that composed its releases, which holds the budget)."
+        )
+    ledger = getattr(step, "ledger", None)
+    if ledger is None or not hasattr(ledger, "spent_mu2"):
+        raise ValueError(
+            "`step` has no PrivacyLedger, so what it released was never counted: construct it "
+            "with `epsilon` and `delta`."
+        )
+    if not isinstance(idata, az.InferenceData):
+        raise ValueError("`idata` must be the InferenceData that pm.sample returned.")
+    if "dp_epsilon" in idata.attrs:
+        raise ValueError("`idata` already has a privacy report: it was finalized before.")
+    if "sample_stats" not in idata.groups() or "dp_released" not in idata.sample_stats:
+        raise ValueError(
+            "`idata` has no penalty-step statistics (`dp_released` in sample_stats): pass the "
+            "result of pm.sample with this step."
+        )
+    _return_reservation(ledger)  # this process's: the file then holds every grant
+    if callback is not None:
+        callback.check_against_ledger()
+    releases = None if callback is not None else _releases_by_chain(idata, ledger)
+    report = _step_report(step, budget, callback, _mean_clipped_fraction(idata), releases)
+    report.update(extra or {})
+    if model is None:
+        model = getattr(step, "_model", None)
+    return attach_report(idata, report, model=model, keep_data=keep_data)
+
+
+def finalize(
+    idata: az.InferenceData,
+    step: PenaltyMetropolis,
+    *,
+    callback: PrivacyCallback | None = None,
+    model: pm.Model | None = None,
+) -> az.InferenceData:
+    """Make ``pm.sample``'s result publishable: attach the privacy report, strip the data.
+
+    The last step of the low-level path::
+
+        with model:
+            step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, plan=plan)
+            idata = pm.sample(plan.draws, tune=plan.tune, chains=plan.chains, step=step)
+        idata = pp.finalize(idata, step)
+
+    The report (:func:`~pymc_penalty.build_report`) is built from the step's own budget and
+    ledger: ``dp_epsilon`` is what the ledger committed, over every chain and process, tuning
+    included, and never more than the budget. :func:`~pymc_penalty.attach_report` then
+    removes ``observed_data``, ``constant_data``, ``log_likelihood``, data-dependent
+    Deterministics and record ids, and the draws the ledger refused. :func:`sample` ends the
+    same way.
+
+    Why a separate call: PyMC has no hook that runs after sampling, so a step cannot clean
+    ``pm.sample``'s result itself. A budgeted step therefore warns when it is made
+    (:class:`~pymc_penalty.UnpublishedResultWarning`), and only a finalized result carries
+    ``dp_epsilon`` in its attrs, which :func:`pymc_penalty.diagnostics.summary` requires.
+
+    Parameters
+    ----------
+    idata : InferenceData
+        What ``pm.sample(step=step, ...)`` returned. It is modified in place.
+    step : PenaltyMetropolis
+        The step that produced it, constructed with ``epsilon`` and ``delta`` (or with a
+        :class:`~pymc_penalty.PrivacyLedger` and the ``callback`` below).
+    callback : PrivacyCallback, optional
+        If it was passed to ``pm.sample``: its per-chain release counts (and several owners'
+        per-party costs) go into the report, and it is checked against the ledger. Without
+        it, releases per chain are counted from the stored statistics; where the budget ran
+        out before a chain's first stored draw, its tuning releases (not stored by default)
+        are inferred from the ledger's release count.
+    model : pm.Model, optional
+        The sampled model; default the step's.
+
+    Returns
+    -------
+    InferenceData
+        The same object, with the report in ``attrs`` (keys ``dp_*``).
+
+    Raises
+    ------
+    ValueError
+        If the step has no budget or no ledger, if ``idata`` is not a penalty-step result, or
+        if it was finalized already.
+    PrivacyAccountingError
+        If ``callback`` saw releases that cost more than the ledger recorded.
+    """
+    return _finalize(idata, step, callback=callback, model=model)
 
 
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -167,14 +332,7 @@ def sample(
         ledger = PrivacyLedger(budget.mu)
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
-    available = ledger.remaining_mu2
-    # A completed run leaves only the calibration margin (~1e-9 of the budget): treat such
-    # dust as nothing left rather than calibrating a frozen chain to it.
-    if available <= _NEGLIGIBLE_SHARE * ledger.budget_mu2:
-        raise ValueError(
-            f"The ledger at `ledger_path` has no budget left (mu^2 {available:.3g} of "
-            f"{ledger.budget_mu2:.3g} remains)."
-        )
+    available = available_mu(ledger) ** 2  # raises if nothing is left
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
@@ -198,21 +356,17 @@ def sample(
             raise
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
-        available = ledger.remaining_mu2
         pm_sample_kwargs["initvals"] = warm.initvals
         step_kwargs.setdefault("S", warm.covariance)
-    step_mu = calibrate(
-        np.sqrt(available),
-        plan,
-        n_datapoints=n_datapoints(model),
-        clip=clip,
-        clip_mode=clip_mode,
-        neighbours=neighbours,
-        clip_count_share=clip_count_share,
-    )
-    with model:
+    # The budgeted step calibrates itself to what the ledger has left (the one calibration
+    # path). This function finalizes the result itself, so the step's warning that a raw
+    # result is unpublished does not apply here.
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnpublishedResultWarning)
         step = PenaltyMetropolis(
-            mu=step_mu,
+            epsilon=budget.epsilon,
+            delta=budget.delta,
+            plan=plan,
             clip=clip,
             clip_mode=clip_mode,
             neighbours=neighbours,
@@ -221,19 +375,8 @@ def sample(
             **step_kwargs,
         )
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
-
-    def current_report(clipped: float) -> dict[str, Any]:
-        # spent_mu2 is the ledger's total: it includes the warm start's releases.
-        report = build_report(
-            step=step,
-            budget=budget,
-            spent_mu2=ledger.spent_mu2,
-            releases_by_chain=dict(callback.releases_by_chain),
-            clipped_fraction=clipped,
-            component_mu2=dict(callback.component_mu2),
-        )
-        report.update(_warm_start_report(warm, warm_start))
-        return report
+    # spent_mu2 is the ledger's total: it includes the warm start's releases.
+    warm_report = _warm_start_report(warm, warm_start)
 
     try:
         with model:
@@ -246,15 +389,14 @@ def sample(
                 **pm_sample_kwargs,
             )
     except Exception as exc:
-        ledger.release_unused()
-        report = current_report(float("nan"))
+        report = _step_report(step, budget, callback, float("nan"))
+        report.update(warm_report)
         raise PrivateSamplingError(
             f"pm.sample failed ({type(exc).__name__}) after spending epsilon = "
             f"{report['dp_epsilon']:.4g} of {budget.epsilon:g} (delta {budget.delta:g}, "
             f"{report['dp_releases']} releases).",
             report,
         ) from exc
-    ledger.release_unused()
-    callback.check_against_ledger()
-    report = current_report(_mean_clipped_fraction(idata))
-    return attach_report(idata, report, model=model, keep_data=keep_data)
+    return _finalize(
+        idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
+    )

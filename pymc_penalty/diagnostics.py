@@ -25,6 +25,7 @@ import pandas as pd
 import xarray as xr
 
 from pymc_penalty.accounting import gdp_epsilon
+from pymc_penalty.report import DATA_GROUPS
 
 __all__ = [
     "EpsilonCurve",
@@ -43,7 +44,8 @@ def privacy_report(idata: az.InferenceData) -> dict[str, Any]:
     Raises
     ------
     ValueError
-        If ``idata`` carries no report (``pymc_penalty.attach_report`` was not called).
+        If ``idata`` carries no report: a raw ``pm.sample`` result, which still holds the
+        data and must first go through :func:`pymc_penalty.finalize`.
     """
     report = {
         key: value
@@ -52,8 +54,9 @@ def privacy_report(idata: az.InferenceData) -> dict[str, Any]:
     }
     if "dp_epsilon" not in report:
         raise ValueError(
-            "`idata` has no privacy report in its attrs: use pymc_penalty.sample, or call "
-            "pymc_penalty.attach_report after pm.sample."
+            "`idata` has no privacy report in its attrs (no `dp_epsilon`): it is a raw "
+            "pm.sample result, not a private one. Pass it through "
+            "pymc_penalty.finalize(idata, step) first, or use pymc_penalty.sample."
         )
     return report
 
@@ -251,14 +254,21 @@ def summary(idata: az.InferenceData, **arviz_kwargs: Any) -> PrivateSummary:
     Raises
     ------
     ValueError
-        If ``idata`` has no privacy report, or its data-bearing content was kept
-        (``keep_data=True``): a summary of it could show exact functions of the data.
+        If ``idata`` has no privacy report (a raw ``pm.sample`` result: see
+        :func:`pymc_penalty.finalize`), or still holds data-bearing content (its data groups,
+        or ``keep_data=True``): a summary of it could show exact functions of the data.
     """
     report = privacy_report(idata)
     if not report.get("dp_data_removed", 1):
         raise ValueError(
             "`idata` kept its data-bearing content (attach_report(keep_data=True)); summarise "
             "it with az.summary directly, knowing the result is not private."
+        )
+    held = [group for group in DATA_GROUPS if group in idata.groups()]
+    if held:
+        raise ValueError(
+            f"`idata` still holds data ({', '.join(held)}): it is not a private result. Pass "
+            "pm.sample's result through pymc_penalty.finalize(idata, step)."
         )
     table = az.summary(idata, **arviz_kwargs)
     return PrivateSummary(table=table, privacy=report, chains=_per_chain(idata))

@@ -24,6 +24,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
 from pymc_penalty.adaptation import ADAPT_MODES, PROPOSAL_KINDS, ProposalAdapter
+from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
     PenaltyDecision,
     clip_count_noise_sd,
@@ -31,6 +32,7 @@ from pymc_penalty.kernel import (
     penalty_decision,
     split_step_mu,
 )
+from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
@@ -42,14 +44,37 @@ from pymc_penalty.sensitivity import (
     step_length,
 )
 
-__all__ = ["PROPOSAL_STAT", "NotPrivateWarning", "PenaltyMetropolis", "declare_proposal_stat"]
+__all__ = [
+    "DEFAULT_PLAN",
+    "PROPOSAL_STAT",
+    "NotPrivateWarning",
+    "PenaltyMetropolis",
+    "UnpublishedResultWarning",
+    "declare_proposal_stat",
+]
 
 #: Name of the sample statistic that records each step's proposal.
 PROPOSAL_STAT = "proposal"
 
 
+#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults for draws and
+#: tuning steps, and 4 chains (``pm.sample`` runs ``max(2, min(4, CPU cores))`` by default).
+DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=4)
+
+
 class NotPrivateWarning(UserWarning):
     """The step is configured so that its output carries no privacy guarantee."""
+
+
+class UnpublishedResultWarning(NotPrivateWarning):
+    """``pm.sample``'s result still holds the data until :func:`pymc_penalty.finalize`.
+
+    Raised when a budgeted :class:`PenaltyMetropolis` is constructed. PyMC has no hook that
+    runs after sampling, so the ``InferenceData`` it returns keeps ``observed_data``,
+    ``constant_data``, ``log_likelihood`` and data-dependent Deterministics, and carries no
+    privacy report; only what ``pymc_penalty.finalize(idata, step)`` returns is private.
+    :func:`pymc_penalty.sample` finalizes its result itself and does not raise it.
+    """
 
 
 class Ledger(Protocol):
@@ -70,6 +95,63 @@ def _check_positive(name: str, value: float | None, *, allow_none: bool = False)
         raise ValueError(f"`{name}` must be a finite positive number.") from None
     if not np.isfinite(fval) or fval <= 0.0:
         raise ValueError(f"`{name}` must be a finite positive number, in (0, inf).")
+
+
+def _budget_number(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        accepted = "(0, inf)" if name == "epsilon" else "(0, 1)"
+        raise ValueError(f"`{name}` must be a real number in {accepted}.") from None
+
+
+def _parse_budget(
+    epsilon: Any, delta: Any, plan: Any, mu: Any, noise_sd: Any
+) -> tuple[PrivacyBudget | None, RunPlan | None]:
+    """Check that exactly one noise specification is given; return the budget and plan."""
+    given = [
+        name
+        for name, present in (
+            ("a budget (`epsilon`, `delta`)", epsilon is not None or delta is not None),
+            ("`mu`", mu is not None),
+            ("`noise_sd`", noise_sd is not None),
+        )
+        if present
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            "Give exactly one of a budget (`epsilon` in (0, inf) and `delta` in (0, 1)), `mu` "
+            "(per-step Gaussian-DP parameter) and `noise_sd` (fixed noise sd); got "
+            + (" and ".join(given) if given else "none")
+            + "."
+        )
+    if epsilon is None and delta is None:
+        if plan is not None:
+            raise ValueError("`plan` is used only with a budget (`epsilon` and `delta`).")
+        return None, None
+    if epsilon is None or delta is None:
+        raise ValueError("A budget needs both `epsilon` (in (0, inf)) and `delta` (in (0, 1)).")
+    budget = PrivacyBudget(_budget_number("epsilon", epsilon), _budget_number("delta", delta))
+    if plan is None:
+        plan = DEFAULT_PLAN
+    elif not isinstance(plan, RunPlan):
+        raise ValueError("`plan` must be a pymc_penalty.RunPlan(draws, tune, chains).")
+    return budget, plan
+
+
+def _check_budget_ledger(ledger: Any, budget: PrivacyBudget) -> None:
+    """A ledger passed with a budget must enforce at most that budget."""
+    if not all(hasattr(ledger, name) for name in ("budget_mu", "budget_mu2", "remaining_mu2")):
+        raise ValueError(
+            "`ledger` given with a budget must be a pymc_penalty.PrivacyLedger (it is read for "
+            "what is left to spend)."
+        )
+    if float(ledger.budget_mu) > budget.mu * (1.0 + 1e-12):
+        raise ValueError(
+            "`ledger`'s budget is larger than the step's (`epsilon`, `delta`): the step could "
+            "then spend more than its budget. Use a ledger created with budget.mu, or omit "
+            "`ledger`."
+        )
 
 
 def declare_proposal_stat(step: Any, size: int) -> None:
@@ -123,8 +205,22 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Adapt the proposal during tuning (from released outcomes only: no privacy cost).
     tune_interval : int, default 100
         Length of the first covariance-adaptation window; windows double afterwards.
+    epsilon, delta : float, optional
+        The privacy budget, ``epsilon`` in ``(0, inf)`` and ``delta`` in ``(0, 1)``: the
+        recommended way to make the step private. The step calibrates its per-step ``mu`` so
+        that ``plan`` spends at most the budget (:func:`pymc_penalty.calibrate`) and creates
+        its own :class:`~pymc_penalty.PrivacyLedger` (unless ``ledger`` is given), which every
+        chain and worker process shares and which refuses any release past the budget. Give
+        exactly one of the budget, ``mu`` and ``noise_sd``.
+    plan : RunPlan, optional
+        The run the budget is spread over, with a budget only. Defaults to
+        ``RunPlan(draws=1000, tune=1000, chains=4)``: ``pm.sample``'s
+        default draws and tuning steps, and 4 chains. Pass the ``draws``, ``tune`` and
+        ``chains`` you give ``pm.sample``: a run longer than the plan is stopped by the ledger
+        (the draws it refused are removed by :func:`pymc_penalty.finalize`), a shorter one
+        leaves budget unspent.
     noise_sd : float, optional
-        Fixed noise standard deviation ``sigma``. Give exactly one of ``noise_sd`` and ``mu``.
+        Fixed noise standard deviation ``sigma``.
     mu : float, optional
         Per-step Gaussian-DP parameter: ``sigma = Delta / mu`` where ``Delta`` is the L2
         sensitivity of this step's release. Requires a finite ``clip``.
@@ -162,7 +258,10 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     ledger : object, optional
         A privacy ledger with ``try_spend(mu2) -> bool``. Each release's cost ``mu_t^2`` is
         committed before the data is touched; once refused, the step stops touching data
-        and returns the current point with ``dp_released=False``.
+        and returns the current point with ``dp_released=False``. With a budget it must be a
+        :class:`~pymc_penalty.PrivacyLedger` whose budget is at most the step's (a persistent
+        one, to share a budget between analyses), and the step is calibrated to what it has
+        left.
     model : pm.Model, optional
     rng : RandomGenerator, optional
         Generator for proposals and uniforms (``pm.sample`` sets one per chain).
@@ -171,6 +270,29 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Passed to PyTensor's compile (e.g. ``{"mode": "NUMBA"}``).
     blocked : bool, default True
         Must be True: the step updates all variables in one release.
+
+    Warns
+    -----
+    UnpublishedResultWarning
+        With a budget. ``pm.sample`` offers no hook after sampling, so its ``InferenceData``
+        still holds ``observed_data``, ``constant_data``, ``log_likelihood`` and
+        data-dependent Deterministics, and has no privacy report. The warning is raised once,
+        when the step is made, rather than never: a raw result must not be mistaken for a
+        private one. Publish only what :func:`pymc_penalty.finalize` returns.
+    NotPrivateWarning
+        Without a budget and without a ledger (``mu`` or ``noise_sd`` alone): the number of
+        releases is unlimited and nothing composes them, so no guarantee holds. Also with
+        ``clip=None`` or ``reproducible_noise=True``.
+
+    Examples
+    --------
+    The low-level path, private by construction::
+
+        with model:
+            plan = pp.RunPlan(draws=500, tune=500, chains=2)
+            step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, plan=plan)
+            idata = pm.sample(500, tune=500, chains=2, step=step)
+        idata = pp.finalize(idata, step)  # strips the data, attaches the report
     """
 
     name = "penalty_metropolis"
@@ -201,6 +323,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         scaling: float = 1.0,
         tune: bool = True,
         tune_interval: int = 100,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        plan: RunPlan | None = None,
         noise_sd: float | None = None,
         mu: float | None = None,
         clip: float | None = 1.0,
@@ -225,18 +350,22 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 "`blocked` must be True: PenaltyMetropolis makes one release per step for all "
                 "its variables."
             )
-        if (noise_sd is None) == (mu is None):
-            raise ValueError(
-                "Give exactly one of `noise_sd` (fixed noise sd) and `mu` (per-step "
-                "Gaussian-DP parameter), or use pymc_penalty.sample(epsilon=..., delta=...) to "
-                "calibrate from a budget."
-            )
+        # Everything about the budget is checked before the model is analysed or compiled
+        # and before any ledger exists.
+        budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
         _check_positive("noise_sd", noise_sd, allow_none=True)
         _check_positive("mu", mu, allow_none=True)
         _check_positive("clip", clip, allow_none=True)
         _check_positive("scaling", scaling)
         if mu is not None and clip is None:
             raise ValueError("`mu` needs a finite `clip`: with clip=None the sensitivity is inf.")
+        if budget is not None and clip is None:
+            raise ValueError(
+                "A budget (`epsilon`, `delta`) needs a finite `clip`: with clip=None the "
+                "sensitivity is inf."
+            )
+        if budget is not None and ledger is not None:
+            _check_budget_ledger(ledger, budget)
         if not 0.0 <= float(clip_count_share) < 1.0:
             raise ValueError("`clip_count_share` must be in [0, 1).")
         if not 0.0 < float(target_accept) < 1.0:
@@ -284,12 +413,45 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self.neighbours = Neighbours.parse(neighbours)
         self.clip_mode = ClipMode.parse(clip_mode)
         self.noise_sd = None if noise_sd is None else float(noise_sd)
-        self.mu = None if mu is None else float(mu)
         self.clip = None if clip is None else float(clip)
         self.clip_count_share = float(clip_count_share)
         self.reproducible_noise = bool(reproducible_noise)
+        # The model (already held by PyMC's own constructor arguments): finalize's default.
+        self._model = model
+        #: The ``(epsilon, delta)`` budget and its plan (None when given ``mu`` or ``noise_sd``).
+        self.budget = budget
+        self.plan = plan
+        if budget is not None:
+            if ledger is None:
+                ledger = PrivacyLedger(budget.mu)  # a file: shared by every chain and process
+            mu = calibrate(
+                available_mu(ledger),
+                plan,
+                n_datapoints=self._n,
+                clip=self.clip,
+                clip_mode=self.clip_mode,
+                neighbours=self.neighbours,
+                clip_count_share=self.clip_count_share,
+            )
+        self.mu = None if mu is None else float(mu)
         self.ledger = ledger
         self.private = self.clip is not None and not self.reproducible_noise
+        if budget is None and ledger is None:
+            warnings.warn(
+                "PenaltyMetropolis without a budget or a ledger is NOT differentially private "
+                "as a whole: its releases are unlimited and nothing composes them. Give "
+                "`epsilon` and `delta` instead of `mu` or `noise_sd`.",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+        if budget is not None:
+            warnings.warn(
+                "pm.sample's InferenceData from this step holds observed_data, constant_data, "
+                "log_likelihood and data-dependent Deterministics, and has no privacy report: "
+                "publish only what pymc_penalty.finalize(idata, step) returns.",
+                UnpublishedResultWarning,
+                stacklevel=2,
+            )
         if self.clip is None:
             warnings.warn(
                 "PenaltyMetropolis with clip=None is exact but NOT differentially private: "

@@ -1,4 +1,5 @@
-"""The docs site builds offline with warnings as errors, executing every notebook once.
+"""The docs site builds offline with warnings as errors, executing every notebook once; the
+README's Python blocks run.
 
 ``test_docs_build_executes_every_notebook`` runs ``sphinx-build -W --keep-going`` on
 ``docs/`` with myst-nb forced to execute (``-D nb_execution_mode=force``): every notebook in
@@ -7,6 +8,10 @@ exactly once, in a fresh ``python3`` kernel. A cell that raises, in particular a
 assertion cell, or any Sphinx/MyST warning fails the build and this test; the message names
 the notebooks that the build log mentions. ``test_strict_build_fails_*`` show, on a tiny
 throw-away site built with the same ``docs/conf.py``, that both kinds of failure are caught.
+
+``test_readme_python_blocks_run_in_order`` executes every ```` ```python ```` block of
+``README.md`` in order, in one namespace (a later block may use a name an earlier one
+defined, as a reader running them in one session would).
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
+README = ROOT / "README.md"
+#: The README's first two commands: install and run the demo, then run the tests.
+README_COMMANDS = (
+    "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/python -m pymc_penalty.demo",
+    'python3 -m venv .venv && .venv/bin/pip install ".[test]" && .venv/bin/python -m pytest',
+)
 #: Generous ceiling for the whole build; each notebook aims at under 90 s on 2 cores.
 BUILD_TIMEOUT_S = 900
 
@@ -143,3 +154,28 @@ def test_docs_build_executes_every_notebook(tmp_path):
     ]
     missing = [n for n in public if not any(d.split(".")[-1] == n for d in documented)]
     assert not missing, f"public names missing from docs/api.md: {missing}"
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """``(language, code)`` of every fenced block of README.md, in order."""
+    return re.findall(r"^```([\w-]*)\n(.*?)^```\s*$", README.read_text(), flags=re.M | re.S)
+
+
+def test_readme_starts_with_the_install_and_test_commands():
+    blocks = readme_blocks()
+    assert [(lang, code.strip()) for lang, code in blocks[:2]] == [
+        ("bash", cmd) for cmd in README_COMMANDS
+    ]
+    # Every Python block is marked ```python, so the test below runs all of them.
+    assert not [lang for lang, _ in blocks if lang in ("py", "python3", "pycon", "ipython")]
+
+
+@pytest.mark.slow
+def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
+    blocks = [code for lang, code in readme_blocks() if lang == "python"]
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)  # anything a block writes stays out of the repository
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    namespace: dict = {"__name__": "__readme__"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)

@@ -149,10 +149,11 @@ def test_budget_exhausted_before_any_chain_finished_tuning_still_reports(
 ):
     """A plan that overspends (as if another analysis shared the ledger meanwhile): the
     ledger stops it inside the first chain's tuning and PyMC has no trace to build."""
-    import pymc_penalty.api as api
+    import pymc_penalty.step as step_module
 
-    calibrate = api.calibrate
-    monkeypatch.setattr(api, "calibrate", lambda *a, **k: 4.0 * calibrate(*a, **k))
+    # pp.sample's step calibrates itself (the one calibration path).
+    calibrate = step_module.calibrate
+    monkeypatch.setattr(step_module, "calibrate", lambda *a, **k: 4.0 * calibrate(*a, **k))
     path = tmp_path / "ledger.bin"
     with pytest.raises(PrivateSamplingError) as err:
         pymc_penalty.sample(
