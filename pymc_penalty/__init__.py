@@ -1,11 +1,22 @@
 """pymc-penalty: differentially private Bayesian inference for PyMC (the penalty algorithm)."""
 
-from pymc_penalty import diagnostics
+from pymc_penalty import contamination, diagnostics
 from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
 from pymc_penalty.api import PrivateSamplingError, finalize, sample
 from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
 from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
+from pymc_penalty.contamination import (
+    BernoulliContamination,
+    EmpiricalPrivacy,
+    StudentTContamination,
+    TruncatedStudentT,
+    contaminate,
+    contaminated_likelihood,
+    estimate_privacy,
+    privacy_curve,
+    sample_contaminated,
+)
 from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
@@ -14,7 +25,9 @@ from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
 
 __all__ = [
+    "BernoulliContamination",
     "BudgetExhausted",
+    "EmpiricalPrivacy",
     "FrozenChainWarning",
     "ModelNotPrivateError",
     "NotPrivateWarning",
@@ -25,21 +38,29 @@ __all__ = [
     "PrivacyLedger",
     "PrivateSamplingError",
     "RunPlan",
+    "StudentTContamination",
+    "TruncatedStudentT",
     "UnpublishedResultWarning",
     "__version__",
     "attach_report",
     "build_report",
     "calibrate",
+    "contaminate",
+    "contaminated_likelihood",
+    "contamination",
     "diagnostics",
     "epsilon_curve",
+    "estimate_privacy",
     "expected_acceptance",
     "finalize",
     "gdp_epsilon",
     "gdp_mu",
     "plot_epsilon",
     "plot_privacy",
+    "privacy_curve",
     "recycled_mean",
     "recycled_summary",
     "recycled_terms",
     "sample",
+    "sample_contaminated",
 ]
