@@ -1,9 +1,10 @@
 """pymc-penalty: differentially private Bayesian inference for PyMC (the penalty algorithm)."""
 
-from pymc_penalty import contamination, diagnostics
+from pymc_penalty import audit, contamination, diagnostics
 from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
 from pymc_penalty.api import PrivateSamplingError, finalize, sample
+from pymc_penalty.audit import AuditResult, audit_releases, audit_step, audit_warm_start
 from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
 from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
 from pymc_penalty.contamination import (
@@ -25,6 +26,7 @@ from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
 
 __all__ = [
+    "AuditResult",
     "BernoulliContamination",
     "BudgetExhausted",
     "EmpiricalPrivacy",
@@ -43,6 +45,10 @@ __all__ = [
     "UnpublishedResultWarning",
     "__version__",
     "attach_report",
+    "audit",
+    "audit_releases",
+    "audit_step",
+    "audit_warm_start",
     "build_report",
     "calibrate",
     "contaminate",
