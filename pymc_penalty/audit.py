@@ -876,10 +876,9 @@ def _warm_start_compiled_once(models: Sequence[pm.Model]) -> Iterator[None]:
 
         return wrapper
 
-    points = {}
-    for model in models:
+    unique = list({id(m): m for m in models}.values())
+    for model in unique:
         point = model.initial_point()
-        points[id(model)] = point
         model.initial_point = lambda *a, _p=point, **k: {n: v.copy() for n, v in _p.items()}
     for name in names:
         setattr(warmstart, name, memo(name))
@@ -888,8 +887,8 @@ def _warm_start_compiled_once(models: Sequence[pm.Model]) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(warmstart, name, value)
-        for model in models:
-            del model.initial_point
+        for model in unique:
+            del model.initial_point  # the class's method again
 
 
 def audit_warm_start(

@@ -294,6 +294,11 @@ def test_warm_start_audits_below_its_claim():
     assert result.claimed_mu == pytest.approx(1.0)
     check_sound(result)
     assert {o.name for o in result.outputs} >= {"point", "covariance"}
+    # The compile-once memoisation is undone afterwards.
+    from pymc_penalty import likelihood, model_checks, warmstart
+
+    assert warmstart.PenaltyLikelihood is likelihood.PenaltyLikelihood
+    assert warmstart.validate_model is model_checks.validate_model
 
 
 # --- the broken control --------------------------------------------------------------------
