@@ -20,6 +20,7 @@ import pymc as pm
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.ledger import PrivacyLedger
+from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
@@ -374,6 +375,12 @@ def sample(
             ledger=ledger,
             **step_kwargs,
         )
+    if "var_names" not in pm_sample_kwargs:
+        # Deterministics that read data are not even computed: their exact values (and any
+        # error raised while computing them on the data) never exist outside the model.
+        leaky = set(data_dependent_deterministics(model))
+        stored = [*model.free_RVs, *model.deterministics]
+        pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
@@ -396,7 +403,7 @@ def sample(
             f"{report['dp_epsilon']:.4g} of {budget.epsilon:g} (delta {budget.delta:g}, "
             f"{report['dp_releases']} releases).",
             report,
-        ) from exc
+        ) from None
     return _finalize(
         idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
     )

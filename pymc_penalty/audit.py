@@ -67,8 +67,12 @@ _MAX_THRESHOLDS = 2000
 
 #: Gaussian fits the step outputs get: ``accept`` is ``exp(min(0, log ratio))`` with a
 #: Gaussian log ratio, so ``log(accept)`` is a Gaussian censored at 0; the clip count is a
-#: Gaussian release divided by n.
-STEP_GAUSSIAN_FITS = {"accept": "log-censored", "dp_clipped_fraction": "identity"}
+#: Gaussian release (and its fraction, that release divided by n).
+STEP_GAUSSIAN_FITS = {
+    "accept": "log-censored",
+    "dp_clipped_fraction": "identity",
+    "dp_clipped_count": "identity",
+}
 
 Release = Callable[[], Mapping[str, Any]]
 

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.logprob.utils import CheckParameterValue
+from pymc.logprob.utils import CheckParameterValue, local_remove_check_parameter
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.compile.mode import get_mode
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import in2out
 from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
@@ -58,13 +59,15 @@ def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
     clipped (its ratio becomes ``-B``). The prior keeps its checks.
     """
     terms = model.logp(vars=model.observed_RVs, sum=False)
-    checks = {
-        var: var.owner.inputs[0]
+    if any(
+        var.owner is not None and isinstance(var.owner.op, CheckParameterValue)
         for var in ancestors(terms)
-        if var.owner is not None and isinstance(var.owner.op, CheckParameterValue)
-    }
-    if checks:
-        terms = graph_replace(terms, checks, strict=False)
+    ):
+        # PyMC's own rewrite, applied outermost-first through the whole graph: checks nested
+        # inside other checks' inputs (mixtures, zero-inflated likelihoods) go too.
+        fgraph = FunctionGraph(outputs=terms, clone=False)
+        in2out(local_remove_check_parameter).rewrite(fgraph)
+        terms = list(fgraph.outputs)
     return [_per_datapoint(t) for t in terms]
 
 

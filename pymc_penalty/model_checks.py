@@ -23,8 +23,14 @@ from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_penalty.locality import RowCouplingError, check_row_locality
+from pymc_penalty.locality import (
+    RowCouplingError,
+    carries_records,
+    check_row_locality,
+    holds_records,
+)
 
 __all__ = [
     "ModelNotPrivateError",
@@ -41,19 +47,6 @@ __all__ = [
 
 class ModelNotPrivateError(ValueError):
     """The model has a feature through which data would reach the chain without noise."""
-
-
-def carries_records(shape: Sequence[int], n: int) -> bool:
-    """Whether an array of this shape could hold the records of an ``n``-row dataset.
-
-    Conservative on purpose: an axis of at least ``ceil(n / 2)`` (rows, a transpose, a
-    reshape to ``(1, n)``, a slice of ``n - 1`` rows) or at least ``n`` elements in all
-    (any other reshape). A false positive costs a refusal; a false negative, a leak.
-    """
-    if n < 2 or len(shape) == 0:
-        return False
-    half = (n + 1) // 2
-    return any(int(s) >= half for s in shape) or int(np.prod(shape)) >= n
 
 
 def _shape_of(var: Variable) -> tuple[int, ...]:
@@ -99,35 +92,24 @@ def n_datapoints(model: pm.Model) -> int:
 
 
 def data_sources(model: pm.Model) -> list[Variable]:
-    """Graph variables that are data by declaration: observed values and ``pm.Data``."""
+    """Graph variables that are data by declaration: observed values, and ``pm.Data``
+    containers shaped to hold records (a scalar or small ``pm.Data`` is a public setting,
+    like any small constant)."""
     sources = [model.rvs_to_values[rv] for rv in model.observed_RVs]
-    sources += list(model.data_vars)
+    n = n_datapoints(model) if model.observed_RVs else 0
+    sources += [v for v in model.data_vars if holds_records(v, n)]
     return sources
-
-
-def _array_shape(var: Variable) -> tuple[int, ...] | None:
-    """Shape of a constant or shared tensor (None for anything else)."""
-    if isinstance(var, Constant):
-        return tuple(np.shape(var.data))
-    if isinstance(var, TensorSharedVariable):
-        return tuple(np.shape(var.get_value(borrow=True)))
-    return None
 
 
 def depends_on_data(outputs: Sequence[Variable], sources: Iterable[Variable], n: int) -> bool:
     """Whether any of ``outputs`` depends on data.
 
     Besides the variables in ``sources``, any constant or ``pytensor.shared`` array that
-    :func:`carries_records` counts as data, whatever its name or shape.
+    could hold records (:func:`pymc_penalty.locality.holds_records`) counts as data, whatever
+    its name or shape.
     """
     source_set = set(sources)
-    for var in ancestors(list(outputs)):
-        if var in source_set:
-            return True
-        shape = _array_shape(var)
-        if shape is not None and carries_records(shape, n):
-            return True
-    return False
+    return any(var in source_set or holds_records(var, n) for var in ancestors(list(outputs)))
 
 
 def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list[str]:
@@ -165,7 +147,28 @@ def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
     for name, values in model.coords.items():
         if values is not None and len(values) == n:
             dims.add(name)
+    dims.update(_data_indexed_dims(model, n))
     return sorted(dims)
+
+
+def _data_indexed_dims(model: pm.Model, n: int) -> set[str]:
+    """Dims of free variables read through a data index (``u[patient_idx]``): their
+    coordinates name the groups found in the data (patient ids, say), which are records too."""
+    sources = data_sources(model)
+    free = set(model.free_RVs)
+    named = model.named_vars_to_dims
+    dims: set[str] = set()
+    for var in ancestors(model.observed_RVs):
+        node = var.owner
+        if node is None or not isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1):
+            continue
+        indices = [i for i in node.inputs[1:] if hasattr(i.type, "ndim")]
+        if not depends_on_data(indices, sources, n):
+            continue
+        for rv in ancestors([node.inputs[0]]):
+            if rv in free:
+                dims.update(d for d in named.get(rv.name, ()) if d is not None)
+    return dims
 
 
 def validate_model(
@@ -174,6 +177,7 @@ def validate_model(
     *,
     row_locality: bool = True,
     point: dict[str, np.ndarray] | None = None,
+    add_remove: bool = False,
 ) -> int:
     """Refuse models that cannot be sampled privately; return the datapoint count.
 
@@ -189,6 +193,9 @@ def validate_model(
         row at a time itself and skips it.
     point : dict, optional
         Initial point (shapes of ``value_vars``) for the row-locality check.
+    add_remove : bool, default False
+        Whether the guarantee is for add/remove-one neighbours, under which the datapoint
+        count is private: free variables with an axis of the data's length are refused.
 
     Returns
     -------
@@ -256,6 +263,29 @@ def validate_model(
                 "array that could hold records); its value would enter the acceptance test "
                 "without noise. Use data-independent priors with scalar or small public "
                 "parameters."
+            )
+    for rv, initval in model.rvs_to_initial_values.items():
+        if isinstance(initval, Variable) and depends_on_data([initval], sources, n):
+            raise ModelNotPrivateError(
+                f"The initial value of {rv.name!r} depends on data (for instance "
+                "initval=y.mean()); the chain would start at an exact statistic of the data. "
+                "Give a public initial value, or use pp.sample(warm_start=...) for a private "
+                "starting point."
+            )
+    if add_remove:
+        # Under add/remove-one neighbours the datapoint count is private: a free variable
+        # with one entry per datapoint would publish it in the posterior's shape.
+        per_row = [
+            rv.name
+            for rv in model.free_RVs
+            if any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in _shape_of(rv))
+        ]
+        if per_row:
+            raise ModelNotPrivateError(
+                f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
+                "one neighbours the number of datapoints is private, and their shape would "
+                "publish it. Use neighbours='substitute' (the count is then public), or model "
+                "per-datapoint effects by groups of public size."
             )
     if row_locality:
         try:

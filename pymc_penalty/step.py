@@ -305,6 +305,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         "dp_sensitivity": (np.float64, []),
         "dp_mu": (np.float64, []),
         "dp_clipped_fraction": (np.float64, []),
+        "dp_clipped_count": (np.float64, []),
         "dp_released": (bool, []),
         # The step's proposal in the raveled, unconstrained space (its length is set per
         # instance by `declare_proposal_stat`): data-independent, for waste recycling.
@@ -389,7 +390,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             vars = model.value_vars
         else:
             vars = get_value_vars_from_user_vars(vars, model)
-        self._n = validate_model(model, vars)
+        adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+        self._n = validate_model(model, vars, add_remove=adds)
         leaky = data_dependent_deterministics(model, self._n)
         if leaky:
             warnings.warn(
@@ -560,7 +562,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
             stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
-            stats.update(dp_released=False, dp_mu=0.0)
+            stats.update(dp_clipped_count=np.nan, dp_released=False, dp_mu=0.0)
             return q0, [stats]
 
         # The budget for this release is committed: the data may be touched now (the cache of
@@ -571,23 +573,32 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
         noise = self._noise()
         d_hat = clipped_sum + sigma * noise.standard_normal()
-        n = ll1.shape[0]
         if not self.private:
-            clipped_fraction = n_clipped / n
+            clipped_count = float(n_clipped)
         elif math.isfinite(count_sd):
-            clipped_fraction = (n_clipped + count_sd * noise.standard_normal()) / n
+            clipped_count = n_clipped + count_sd * noise.standard_normal()
         else:
-            clipped_fraction = math.nan
+            clipped_count = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
+        clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
 
         x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
             dp_clipped_fraction=float(clipped_fraction),
+            dp_clipped_count=float(clipped_count),
             dp_released=True,
         )
         return RaveledVars(x_new, q0.point_map_info), [stats]
+
+    def _public_fraction(self, clipped_count: float, n: int) -> float:
+        """The released clipped count as a fraction of the datapoints, where that count is
+        public (substitute-one); NaN under add/remove-one, where dividing by it would
+        publish it."""
+        if self.neighbours is Neighbours.ADD_REMOVE:
+            return math.nan
+        return clipped_count / n
 
     # --- PyMC integration ----------------------------------------------------------------
 

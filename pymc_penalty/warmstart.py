@@ -235,7 +235,8 @@ def private_warm_start(
 
     point = model.initial_point()
     value_vars = list(model.value_vars)
-    n = validate_model(model, value_vars)
+    adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+    n = validate_model(model, value_vars, add_remove=adds)
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)

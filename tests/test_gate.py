@@ -359,3 +359,257 @@ def test_an_invalid_covariate_moves_only_its_own_term():
         sums.append(clipped_sum)
     assert np.isfinite(sums).all()
     assert abs(sums[0] - sums[1]) <= 2 * 0.05 + 1e-12
+
+
+# --- couplings that synthetic values alone would not switch on (structure) ----------------------
+
+AGE = RNG.integers(20, 60, size=N)
+X_SENTINEL = np.where(RNG.random(N) < 0.3, -999.0, X[:, 0])
+
+
+def test_integer_covariate_scaled_by_its_maximum_is_refused():
+    """Synthetic integers are {0, 1}, so age / age.max() never moves on them; the structure
+    (a maximum over records) is refused all the same."""
+
+    def build():
+        age = pm.Data("age", AGE)
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * age / age.max(), observed=Y_BIN)
+
+    assert "'age'" in _refused(build, "summary of many records")
+
+
+def test_sentinel_imputed_by_the_mean_of_other_rows_is_refused():
+    def build():
+        xd = pm.Data("x", X_SENTINEL)
+        missing = pt.eq(xd, -999.0)
+        mean_observed = pt.switch(missing, 0.0, xd).sum() / (~missing).sum()
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * pt.switch(missing, mean_observed, xd), observed=Y_BIN)
+
+    _refused(build, "impute missing values before sampling")
+
+
+def test_nan_imputed_inside_the_model_through_shared_is_refused():
+    def build():
+        xd = pytensor.shared(np.where(X_SENTINEL == -999.0, np.nan, X_SENTINEL), name="xs")
+        missing = pt.isnan(xd)
+        fill = pt.switch(missing, 0.0, xd).sum() / (~missing).sum()
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * pt.switch(missing, fill, xd), observed=Y_BIN)
+
+    assert "'xs'" in _refused(build, "moves other datapoints")
+
+
+def test_rescaling_switched_on_by_the_data_maximum_is_refused():
+    def build():
+        xd = pm.Data("x", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        xs = pt.switch(pt.gt(pt.abs(xd).max(), 50.0), xd / 100.0, xd)
+        pm.Normal("y", b * xs, 1.0, observed=Y_REAL)
+
+    _refused(build, "moves other datapoints")
+
+
+def test_binomial_trials_set_to_the_data_maximum_is_refused():
+    def build():
+        trials = pm.Data("trials", Y_COUNT + 1)
+        p = pm.Beta("p", 1, 1)
+        pm.Binomial("y", n=trials.max(), p=p, observed=Y_COUNT)
+
+    assert "'trials'" in _refused(build, "summary of many records")
+
+
+def test_coupling_switched_on_far_from_the_initial_point_is_refused():
+    """Probes at two random points would not reach m > 4; the structure does."""
+
+    def build():
+        yd = pm.Data("yd", Y_REAL)
+        m = pm.Normal("m", 0, 5)
+        pm.Normal("y", m + pt.switch(pt.gt(m, 4.0), yd.mean() - 4.0, 0.0), 1.0, observed=yd)
+
+    _refused(build, "moves other datapoints")
+
+
+def test_rows_read_through_an_offset_index_array_are_refused():
+    def build():
+        xd = pm.Data("x", X[:, 0])
+        idx = pm.Data("nbr", np.full(N, 10))
+        rho = pm.Normal("rho", 0, 1)
+        pm.Normal("y", rho * xd[idx + 2], 1.0, observed=Y_REAL)
+
+    _refused(build, "data-dependent index")
+
+
+def test_normalising_by_group_size_counted_in_the_model_is_refused():
+    group = RNG.integers(0, 4, size=N)
+
+    def build():
+        g = pm.Data("g", group)
+        a = pm.Normal("a", 0, 1)
+        size = pt.bincount(g, minlength=4)
+        pm.Normal("y", a / size[g], 1.0, observed=Y_REAL)
+
+    assert "'g'" in _refused(build, "moves other datapoints")
+
+
+def test_cumulative_sum_over_rows_is_refused():
+    def build():
+        xd = pm.Data("x", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b * pt.cumsum(xd), 1.0, observed=Y_REAL)
+
+    assert "'x'" in _refused(build, "moves other datapoints")
+
+
+# --- arrays whose length is not n --------------------------------------------------------------
+
+
+def test_lagged_covariates_one_row_longer_centred_inside_are_refused():
+    """Observed y[1:] has n - 1 rows; the covariate keeps all n: it is a stand-in too."""
+    series = np.cumsum(Y_REAL) * 0.1
+
+    def build():
+        xd = pm.Data("x", X[:, 0])
+        xs = (xd - xd.mean()) / xd.std()
+        b = pm.Normal("b", 0, 1)
+        rho = pm.Normal("rho", 0, 0.5)
+        pm.Normal("y", rho * series[:-1] + b * xs[1:], 1.0, observed=series[1:])
+
+    assert "'x'" in _refused(build, "moves other datapoints")
+
+
+def test_autoregression_reading_the_same_series_twice_is_refused():
+    """y_t enters row t (as the response) and row t + 1 (as the lag): two terms move."""
+
+    def build():
+        yd = pm.Data("series", Y_REAL)
+        rho = pm.Normal("rho", 0, 0.5)
+        pm.Normal("y", rho * yd[:-1], 1.0, observed=yd[1:])
+
+    assert "'series'" in _refused(build, "moves other datapoints")
+
+
+def test_long_format_covariates_reshaped_and_centred_inside_are_refused():
+    def build():
+        flat = pm.Data("x_long", X.ravel())
+        xm = flat.reshape((N, 2))
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", pt.dot(xm - xm.mean(axis=0), b), 1.0, observed=Y_REAL)
+
+    assert "'x_long'" in _refused(build, "moves other datapoints")
+
+
+# --- other ways in: initial values, computed observations, n under add/remove -----------------
+
+
+def test_initial_value_computed_from_data_is_refused():
+    def build():
+        yd = pm.Data("yd", Y_REAL)
+        pm.Normal("m", 0, 10, initval=yd.mean())
+        pm.Normal("y", pm.modelcontext(None)["m"], 1.0, observed=yd)
+
+    _refused(build, "initial value of 'm' depends on data")
+
+
+def test_expfam_observations_computed_inside_the_model_are_refused():
+    with pm.Model():
+        income = pm.Data("income", X[:, 0])
+        p = pm.Beta("p", 1, 1)
+        pm.Bernoulli("high", p=p, observed=pt.gt(income, income.mean()))
+        with pytest.raises(ModelNotPrivateError, match="computed inside the model"):
+            ExpFamPenaltyMetropolis(mu=0.5)
+
+
+def test_per_datapoint_free_variables_are_refused_under_add_remove():
+    with pm.Model(coords={"obs": np.arange(N)}):
+        a = pm.Normal("a", 0, 1)
+        u = pm.Normal("u", 0, 0.5, dims="obs")
+        pm.Poisson("y", pm.math.exp(a + u), observed=Y_COUNT, dims="obs")
+        with pytest.raises(ModelNotPrivateError, match="number of datapoints is private") as err:
+            PenaltyMetropolis(mu=0.5, neighbours="add_remove")
+        assert str(N) not in str(err.value)
+        PenaltyMetropolis(mu=0.5)  # control: under substitute-one the count is public
+
+
+def test_clipped_fraction_is_not_released_under_add_remove():
+    """The noisy clipped count divided by n would publish n (its spread is count_sd / n)."""
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", m, 1.0, observed=Y_REAL)
+        fractions: dict[str, list[float]] = {}
+        for relation in ("substitute", "add_remove"):
+            step = PenaltyMetropolis(mu=0.5, clip=0.5, neighbours=relation)
+            point = model.initial_point()
+            stats = [step.step(point)[1][0] for _ in range(20)]
+            fractions[relation] = [s["dp_clipped_fraction"] for s in stats]
+            assert all(np.isfinite(s["dp_clipped_count"]) for s in stats)
+    assert np.isfinite(fractions["substitute"]).all()
+    assert np.isnan(fractions["add_remove"]).all()
+
+
+def test_group_labels_of_data_indexed_effects_are_stripped():
+    """Patient ids as coords of a per-patient effect (several rows each) are records too."""
+    patients = [f"MRN-{i:07d}" for i in RNG.integers(0, 10**7, size=6)]
+    with pm.Model(coords={"patient": patients, "coef": ["slope"]}) as model:
+        pidx = pm.Data("patient_idx", RNG.integers(0, 6, size=N))
+        u = pm.Normal("u", 0, 1, dims="patient")
+        b = pm.Normal("b", 0, 1, dims="coef")
+        pm.Normal("y", u[pidx] + b[0], 1.0, observed=Y_REAL)
+    dims = data_dims(model)
+    assert "patient" in dims and "coef" not in dims
+
+
+# --- controls: more idioms that are row-local and must be accepted -------------------------------
+
+
+@pytest.mark.parametrize(
+    "likelihood",
+    ["normal_mixture", "mixture", "zero_inflated", "customdist_logp_only", "categorical",
+     "ordered_logistic", "multinomial", "student_t"],
+)  # fmt: skip
+def test_control_row_local_likelihoods_are_accepted(likelihood):
+    def build():
+        if likelihood == "normal_mixture":
+            w = pm.Dirichlet("w", np.ones(2))
+            mu = pm.Normal("mu", [-1, 1], 1, shape=2)
+            pm.NormalMixture("y", w=w, mu=mu, sigma=1.0, observed=Y_REAL)
+        elif likelihood == "mixture":
+            w = pm.Dirichlet("w", np.ones(2))
+            mu = pm.Normal("mu", 0, 1, shape=2)
+            comps = [pm.Normal.dist(mu[0], 1), pm.Normal.dist(mu[1], 1)]
+            pm.Mixture("y", w=w, comp_dists=comps, observed=Y_REAL)
+        elif likelihood == "zero_inflated":
+            psi = pm.Beta("psi", 1, 1)
+            pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.Exponential("lam", 1), observed=Y_COUNT)
+        elif likelihood == "customdist_logp_only":
+            m = pm.Normal("m", 0, 1)
+            pm.CustomDist("y", m, logp=lambda v, mu: -0.5 * (v - mu) ** 2, observed=Y_REAL)
+        elif likelihood == "categorical":
+            B = pm.Normal("B", 0, 1, shape=(2, 3))
+            p = pm.math.softmax(pt.dot(pm.Data("X", X), B), axis=-1)
+            pm.Categorical("y", p=p, observed=RNG.integers(0, 3, N))
+        elif likelihood == "ordered_logistic":
+            b = pm.Normal("b", 0, 1)
+            c = pm.Normal("c", [-1, 0, 1], 1, transform=pm.distributions.transforms.ordered)
+            pm.OrderedLogistic("y", eta=b * X[:, 0], cutpoints=c, observed=RNG.integers(0, 4, N))
+        elif likelihood == "multinomial":
+            p = pm.Dirichlet("p", np.ones(3))
+            pm.Multinomial("y", n=10, p=p, observed=RNG.multinomial(10, [0.2, 0.3, 0.5], N))
+        else:
+            nu = pm.Gamma("nu", 2, 0.1)
+            pm.StudentT("y", nu=nu, mu=pm.Normal("b", 0, 1) * X[:, 0], sigma=1, observed=Y_REAL)
+
+    _accepted(build)
+
+
+def test_control_public_settings_in_priors_are_accepted():
+    """A scalar pm.Data hyperparameter and a filled prior mean of length n hold no records."""
+
+    def build():
+        scale = pm.Data("prior_scale", 2.0)
+        a = pm.Normal("a", 0, scale)
+        u = pm.Normal("u", mu=np.zeros(N), sigma=0.5)
+        pm.Normal("y", a + u, 1.0, observed=Y_REAL)
+
+    _accepted(build)

@@ -174,10 +174,13 @@ def test_chains_start_at_the_warm_start_and_constrained_variables_work():
             warm_start_clip=6.0, random_seed=3, **QUIET,
         )  # fmt: skip
     first = idata.posterior.isel(chain=0, draw=0)
-    # The chain starts near the exact values (m ~ 0.5, s ~ 1; posterior sds ~ 0.007), far
-    # from the model's initial point (m = 0, s ~ 4); clipping at 6 biases s a little.
-    assert abs(float(first["m"]) - data.mean()) < 0.05
-    assert abs(float(first["s"]) - data.std()) < 0.1
+    # The chain starts near the exact values (m ~ 0.5, s ~ 1), far from the model's initial
+    # point (m = 0, s ~ 4). The warm start's noise comes from OS entropy: over 40 runs its
+    # error had sd 0.037 in m and 0.020 in s (bias 0.019, -0.023; clipping at 6 biases s),
+    # so the tolerances are six sds (plus the bias); both stay below the distance to the
+    # initial point.
+    assert abs(float(first["m"]) - data.mean()) < 0.25
+    assert abs(float(first["s"]) - data.std()) < 0.15
 
 
 @pytest.mark.parametrize(

@@ -309,13 +309,23 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
-        n = validate_model(model, vars, row_locality=False)
+        adds = self.neighbours is Neighbours.ADD_REMOVE
+        n = validate_model(model, vars, row_locality=False, add_remove=adds)
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
                 f"{len(model.observed_RVs)}."
             )
         obs = model.observed_RVs[0]
+        if model.rvs_to_values[obs].owner is not None:
+            # Computed in the graph (pt.gt(y, y.mean()), a slice...): each row's statistic
+            # could then read other rows, and this step does not probe row locality.
+            raise ModelNotPrivateError(
+                f"The observed values of {obs.name!r} are computed inside the model; "
+                "ExpFamPenaltyMetropolis needs them as an array or a pm.Data container, so "
+                "that each row's statistic reads that row only. Compute them before building "
+                "the model."
+            )
         self._declared = statistic
         if statistic is not None:
             if not isinstance(statistic, SufficientStatistic):
@@ -587,6 +597,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
         if self.ledger is not None and not self.ledger.try_spend(self.mu**2):
             stats.update(accept=0.0, accepted=False, dp_clipped_fraction=math.nan)
+            stats.update(dp_clipped_count=math.nan)
             stats.update(dp_released=False, dp_mu=0.0)
             return q0, [stats]
 
@@ -606,6 +617,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             accept=decision.accept_prob,
             accepted=decision.accepted,
             dp_clipped_fraction=math.nan if self.private else self._clipped_fraction_exact,
+            dp_clipped_count=math.nan,
             dp_released=True,
         )
         return RaveledVars(x_new, q0.point_map_info), [stats]

@@ -205,7 +205,8 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         stats.update({_owner_stat(j): float(m) for j, m in enumerate(mu_owners)})
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
             stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
-            stats.update(dp_released=False, dp_mu=0.0, dp_mu_outsider=0.0)
+            stats.update(dp_clipped_count=np.nan, dp_released=False)
+            stats.update(dp_mu=0.0, dp_mu_outsider=0.0)
             stats.update({_owner_stat(j): 0.0 for j in range(self.n_owners)})
             return q0, [stats]
 
@@ -215,21 +216,22 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         ll1, owner_sums, owner_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
         noise = self._noise()
         d_hat = float(np.sum(owner_sums + sigmas * noise.standard_normal(self.n_owners)))
-        n = ll1.shape[0]
         if not self.private:
-            clipped_fraction = float(owner_clipped.sum()) / n
+            clipped_count = float(owner_clipped.sum())
         elif np.all(np.isfinite(count_sd)):
             noisy = owner_clipped + count_sd * noise.standard_normal(self.n_owners)
-            clipped_fraction = float(noisy.sum()) / n
+            clipped_count = float(noisy.sum())
         else:
-            clipped_fraction = math.nan
+            clipped_count = math.nan
         del owner_sums, owner_clipped  # exact values: never to leave this function
+        clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
 
         x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, total_var)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
             dp_clipped_fraction=float(clipped_fraction),
+            dp_clipped_count=float(clipped_count),
             dp_released=True,
         )
         return RaveledVars(x_new, q0.point_map_info), [stats]
