@@ -39,6 +39,23 @@ class PrivateSamplingError(RuntimeError):
         self.privacy_report = privacy_report
 
 
+#: Reasons PyMC and this package give in their own words, free of data.
+_DATA_FREE_REASONS = (
+    "Not enough samples to build a trace",
+    "Evaluating the model's log-likelihood failed",
+)
+
+
+def _data_free_reason(exc: BaseException) -> str:
+    """The failure's reason where it is a known data-free message; else a note that it is
+    withheld (PyTensor's messages print input values)."""
+    text = str(exc)
+    for reason in _DATA_FREE_REASONS:
+        if reason in text:
+            return reason + (" (details withheld)" if "withheld" in text else "")
+    return "details withheld, they could quote data values"
+
+
 def _mean_clipped_fraction(idata: az.InferenceData) -> float:
     stats = idata.sample_stats
     frac = np.asarray(stats["dp_clipped_fraction"].values, dtype=float)
@@ -375,7 +392,7 @@ def sample(
             ledger=ledger,
             **step_kwargs,
         )
-    if "var_names" not in pm_sample_kwargs:
+    if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any
         # error raised while computing them on the data) never exist outside the model.
         leaky = set(data_dependent_deterministics(model))
@@ -399,11 +416,11 @@ def sample(
         report = _step_report(step, budget, callback, float("nan"))
         report.update(warm_report)
         raise PrivateSamplingError(
-            f"pm.sample failed ({type(exc).__name__}) after spending epsilon = "
-            f"{report['dp_epsilon']:.4g} of {budget.epsilon:g} (delta {budget.delta:g}, "
-            f"{report['dp_releases']} releases).",
+            f"pm.sample failed ({type(exc).__name__}: {_data_free_reason(exc)}) after "
+            f"spending epsilon = {report['dp_epsilon']:.4g} of {budget.epsilon:g} (delta "
+            f"{budget.delta:g}, {report['dp_releases']} releases).",
             report,
-        ) from None
+        ) from None  # the original (and a worker's traceback) could quote data values
     return _finalize(
         idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
     )

@@ -246,30 +246,33 @@ class _Probe:
 
     def change_record(
         self, where: float, move: str, seed: int, only: str | None = None
-    ) -> dict[str, np.ndarray]:
-        """Change the record at ``where`` in every stand-in (or in ``only``); return the old
-        values. Observations take a fresh draw's record where it differs (a likely value of
-        their own distribution), else a changed one."""
+    ) -> dict[str, tuple[tuple, np.ndarray]]:
+        """Change the record at ``where`` in every stand-in (or in ``only``), in place; return
+        what :meth:`restore` needs. Observations take a fresh draw's record where it differs
+        (a likely value of their own distribution), else a changed one."""
         fresh = self._draw_observations(seed) if only is None and move in ("up", "down") else {}
         saved = {}
         for name, source in self.sources.items():
             if only is not None and name != only:
                 continue
-            old = source.stand_in.get_value()
-            new = old.copy()
+            values = source.stand_in.get_value(borrow=True)
             index = self.index(name, where)
-            changed = _changed(np.asarray(old[index]), move)
+            old = np.array(values[index], copy=True)
+            changed = _changed(old, move)
             if name in fresh:
-                other = np.asarray(fresh[name], dtype=old.dtype)[index]
-                changed = np.where(other == old[index], changed, other)
-            new[index] = changed
-            source.stand_in.set_value(new)
-            saved[name] = old
+                other = np.asarray(fresh[name], dtype=values.dtype)[index]
+                changed = np.where(other == old, changed, other)
+            values[index] = changed
+            source.stand_in.set_value(values, borrow=True)
+            saved[name] = (index, old)
         return saved
 
-    def restore(self, saved: dict[str, np.ndarray]) -> None:
-        for name, old in saved.items():
-            self.sources[name].stand_in.set_value(old)
+    def restore(self, saved: dict[str, tuple[tuple, np.ndarray]]) -> None:
+        for name, (index, old) in saved.items():
+            var = self.sources[name].stand_in
+            values = var.get_value(borrow=True)
+            values[index] = old
+            var.set_value(values, borrow=True)
 
 
 def _shape_text(shape: tuple[int, ...], n: int) -> str:
@@ -480,8 +483,13 @@ def _probe_records(probe, model, terms, new_vars, point, names, rng) -> None:  #
     groups: list[str | None] = [None]
     if len(probe.sources) > 1:
         groups += list(probe.sources)
-    for (x, base), where, move, only in itertools.product(
-        zip(xs, bases, strict=True), wheres, _MOVES, groups
+    probes = [
+        (move, only)
+        for move, only in itertools.product(_MOVES, groups)
+        if only is None or move in ("up", "down")  # extreme values: every array at once
+    ]
+    for (x, base), where, (move, only) in itertools.product(
+        zip(xs, bases, strict=True), wheres, probes
     ):
         saved = probe.change_record(where, move, _SEED + 1, only)
         try:

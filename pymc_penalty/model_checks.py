@@ -22,6 +22,7 @@ import pymc as pm
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors
+from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
@@ -92,24 +93,50 @@ def n_datapoints(model: pm.Model) -> int:
 
 
 def data_sources(model: pm.Model) -> list[Variable]:
-    """Graph variables that are data by declaration: observed values, and ``pm.Data``
-    containers shaped to hold records (a scalar or small ``pm.Data`` is a public setting,
-    like any small constant)."""
+    """Graph variables that are data by declaration: observed values and every ``pm.Data``
+    container, whatever its shape (design notes, invariant 8: a scalar ``pm.Data`` may hold
+    a statistic of the table; pass public settings as plain numbers)."""
     sources = [model.rvs_to_values[rv] for rv in model.observed_RVs]
-    n = n_datapoints(model) if model.observed_RVs else 0
-    sources += [v for v in model.data_vars if holds_records(v, n)]
+    sources += list(model.data_vars)
     return sources
 
 
-def depends_on_data(outputs: Sequence[Variable], sources: Iterable[Variable], n: int) -> bool:
+def _ancestors(outputs: Sequence[Variable], through_shapes: bool) -> set[Variable]:
+    """Ancestors of ``outputs``; without ``through_shapes``, what is reached only through an
+    array's shape (``size=y.shape[0]``) is left out."""
+    seen: set[Variable] = set()
+    stack = list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        node = var.owner
+        if node is not None and (through_shapes or not isinstance(node.op, Shape | Shape_i)):
+            stack.extend(node.inputs)
+    return seen
+
+
+def depends_on_data(
+    outputs: Sequence[Variable],
+    sources: Iterable[Variable],
+    n: int,
+    *,
+    shapes_are_public: bool = False,
+) -> bool:
     """Whether any of ``outputs`` depends on data.
 
     Besides the variables in ``sources``, any constant or ``pytensor.shared`` array that
     could hold records (:func:`pymc_penalty.locality.holds_records`) counts as data, whatever
-    its name or shape.
+    its name or shape. With ``shapes_are_public`` (the substitute-one relation, under which
+    the datapoint count is public) a dependence through an array's shape alone does not
+    count.
     """
     source_set = set(sources)
-    return any(var in source_set or holds_records(var, n) for var in ancestors(list(outputs)))
+    return any(
+        var in source_set or holds_records(var, n)
+        for var in _ancestors(list(outputs), through_shapes=not shapes_are_public)
+    )
 
 
 def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list[str]:
@@ -257,12 +284,12 @@ def validate_model(
             )
     # The generative graph, not the logp graph: PyMC's logp rewrites constant-fold data.
     for rv in model.free_RVs:
-        if depends_on_data([rv], sources, n):
+        if depends_on_data([rv], sources, n, shapes_are_public=not add_remove):
             raise ModelNotPrivateError(
                 f"The prior of {rv.name!r} depends on data (an observed value, pm.Data, or an "
                 "array that could hold records); its value would enter the acceptance test "
                 "without noise. Use data-independent priors with scalar or small public "
-                "parameters."
+                "parameters, given as plain numbers rather than pm.Data."
             )
     for rv, initval in model.rvs_to_initial_values.items():
         if isinstance(initval, Variable) and depends_on_data([initval], sources, n):

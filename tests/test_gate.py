@@ -603,13 +603,42 @@ def test_control_row_local_likelihoods_are_accepted(likelihood):
     _accepted(build)
 
 
-def test_control_public_settings_in_priors_are_accepted():
-    """A scalar pm.Data hyperparameter and a filled prior mean of length n hold no records."""
+def test_control_a_filled_prior_mean_of_length_n_is_accepted():
+    """np.zeros(n) as a prior mean holds no records (every element is the same)."""
 
     def build():
-        scale = pm.Data("prior_scale", 2.0)
-        a = pm.Normal("a", 0, scale)
+        a = pm.Normal("a", 0, 2.0)
         u = pm.Normal("u", mu=np.zeros(N), sigma=0.5)
         pm.Normal("y", a + u, 1.0, observed=Y_REAL)
 
     _accepted(build)
+
+
+def test_a_scalar_pm_data_in_a_prior_is_data():
+    """A scalar pm.Data may hold a statistic of the table (invariant 8): refused, with the
+    fix (a plain number) in the message; a varying constant of length n is refused too."""
+
+    def build():
+        a = pm.Normal("a", 0, pm.Data("prior_scale", 2.0))
+        pm.Normal("y", a, 1.0, observed=Y_REAL)
+
+    assert "plain numbers" in _refused(build, "The prior of 'a' depends on data")
+
+    def build_varying():
+        u = pm.Normal("u", mu=np.linspace(0, 1, N), sigma=0.5)
+        pm.Normal("y", u, 1.0, observed=Y_REAL)
+
+    _refused(build_varying, "The prior of 'u' depends on data")
+
+
+def test_control_per_row_effect_sized_from_the_data_shape_is_accepted():
+    """size=y.shape[0] reads the count, not the values: public under substitute-one."""
+    with pm.Model():
+        yd = pm.Data("yd", Y_COUNT)
+        u = pm.Normal("u", 0, 1, shape=yd.shape[0])
+        a = pm.Normal("a", 0, 1)
+        pm.Poisson("y", pm.math.exp(a + u), observed=yd)
+        PenaltyMetropolis(mu=0.5)
+        # Under add/remove-one the count is private, and its shape depends on it.
+        with pytest.raises(ModelNotPrivateError, match="prior of 'u' depends on data"):
+            PenaltyMetropolis(mu=0.5, neighbours="add_remove")

@@ -41,6 +41,7 @@ STEP_STATS = {
     "dp_sensitivity",
     "dp_mu",
     "dp_clipped_fraction",
+    "dp_clipped_count",
     "dp_released",
     "proposal",  # data-independent: the current state plus a move from the step's generator
 }

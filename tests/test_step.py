@@ -37,6 +37,7 @@ def test_stats_are_the_declared_ones_and_never_exact(normal_model):
         "dp_sensitivity",
         "dp_mu",
         "dp_clipped_fraction",
+        "dp_clipped_count",
         "dp_released",
         "proposal",
     }
