@@ -178,6 +178,25 @@ def _n_label(n: str | int) -> str:
     return f"1e{round(math.log10(int(n)))}" if int(n) > 0 else str(n)
 
 
+def blackjax_table(summary: dict[str, Any]) -> str:
+    """Per-step ms of the package's paths beside BlackJAX's jitted chain, and their ratio."""
+    bj = summary.get("ms_blackjax", {})
+    if "skipped" in bj:
+        return f"BlackJAX baseline skipped: {bj['skipped']}."
+    paths = summary["ms_per_step"]
+    headers = ["n", "BlackJAX rmh (jit + scan)", "BlackJAX acceptance"]
+    headers += [f"pp path '{p}'" for p in paths]
+    headers += ["default / BlackJAX"]
+    rows = []
+    for n in map(str, summary["sizes"]):
+        row = [_n_label(n), _fmt(bj.get(n)), _fmt(summary["blackjax_accept"].get(n), ".2f")]
+        for entry in paths.values():
+            row.append("skipped" if "skipped" in entry else _fmt(entry.get(n)))
+        row.append(_fmt(summary["ratio_vs_blackjax"].get(n), ".2f"))
+        rows.append(row)
+    return md_table(headers, rows)
+
+
 def timing_table(summary: dict[str, Any]) -> str:
     """Per-step times (ms) of every method by n."""
     modes = {m: e for m, e in summary["modes"].items() if "skipped" not in e}
@@ -289,6 +308,8 @@ def report_text(summary: dict[str, Any]) -> str:
     )
     breakdown_config = (summary["breakdown_1000"] or {}).get("config", "")
     parts = [
+        "## Against a jitted JAX sampler (BlackJAX random walk, same model, proposal and n)",
+        blackjax_table(summary),
         "## Time per step (ms)",
         timing_table(summary),
         f"pm.Metropolis draws timed (best chunk kept), by n: {met_draws}.",

@@ -65,7 +65,10 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _blackjax import BlackjaxChain  # noqa: E402
+from _blackjax import skip_reason as blackjax_skip_reason  # noqa: E402
 from _common import (  # noqa: E402
+    CHUNKS,
     CLOCK,
     CLOCKS,
     REPO_ROOT,
@@ -321,7 +324,12 @@ def setup_mode(penalty_cls, mode: str, model, data: LogisticData, budget: Budget
 
 
 def bench_size(
-    n: int, budget: Budget, penalty_cls, modes: list[str], seed: int = 0
+    n: int,
+    budget: Budget,
+    penalty_cls,
+    modes: list[str],
+    seed: int = 0,
+    blackjax: bool = False,
 ) -> dict[str, Any]:
     """Run every method at one data-set size.
 
@@ -339,6 +347,9 @@ def bench_size(
     modes : list of str
         PyTensor modes to time the penalty step in (keys of :data:`PYTENSOR_MODE`).
     seed : int
+    blackjax : bool
+        Also time the BlackJAX random-walk chain (:mod:`_blackjax`), ``numpy_steps`` steps
+        per round.
 
     Returns
     -------
@@ -358,6 +369,14 @@ def bench_size(
     loop = NumpyPenaltyLoop(data, scale=scale, noise_sd=NOISE_SD, clip=None, seed=seed)
     loop.run(2)
     runners["numpy"] = (per_call_runner(loop.run), budget.numpy_steps)
+
+    chain = None
+    if blackjax:
+        t0 = time.perf_counter()
+        sizes = [c.size for c in np.array_split(np.arange(budget.numpy_steps), CHUNKS)]
+        chain = BlackjaxChain(data, scale=scale, chunk_sizes=sizes, seed=seed)
+        out["blackjax_setup_s"] = time.perf_counter() - t0
+        runners["blackjax"] = (per_call_runner(chain.run), budget.numpy_steps)
 
     model = logistic_model(data)
     t0 = time.perf_counter()
@@ -388,6 +407,9 @@ def bench_size(
 
     out["numpy"] = best["numpy"]
     out["numpy_accept"] = loop.acceptance_rate
+    if chain is not None:
+        out["blackjax"] = best["blackjax"]
+        out["blackjax_accept"] = chain.acceptance_rate
     out["metropolis_per_draw"] = best["metropolis_per_draw"]
     out["metropolis_per_proposal"] = best["metropolis_per_draw"] / D
     out["metropolis_accept"] = float(np.mean(met_state["accepted"]))
@@ -619,6 +641,7 @@ def summarise(
     bd: dict[str, Any] | None,
     run_mode: str,
     penalty_error: str,
+    blackjax_skipped: str = "",
 ) -> dict[str, Any]:
     """Build the RESULT dictionary (ratios keyed by n as strings; times in ms).
 
@@ -634,6 +657,8 @@ def summarise(
         ``"quick"`` or ``"full"``.
     penalty_error : str
         Why ``PenaltyMetropolis`` could not be imported ('' if it could).
+    blackjax_skipped : str
+        Why the BlackJAX chain did not run ('' if it did).
     """
     mode_entries = {
         m: {"skipped": reason}
@@ -646,7 +671,21 @@ def summarise(
     def per_n(key: str) -> dict[str, float | None]:
         return {str(n): ms(r.get(key)) for n, r in results.items()}
 
+    jax_entry = mode_entries.get("JAX", {"skipped": "not a PyTensor mode here"})
+    ms_blackjax = {"skipped": blackjax_skipped} if blackjax_skipped else per_n("blackjax")
     summary: dict[str, Any] = {
+        # The paths a user can pick (issue: speed parity with a jitted JAX sampler) and the
+        # jitted BlackJAX chain they would compare with, measured in the same run.
+        "ms_per_step": {
+            "default": c.get("per_step_ms", {}),
+            "jax": jax_entry if "skipped" in jax_entry else jax_entry.get("per_step_ms", {}),
+        },
+        "ms_blackjax": ms_blackjax,
+        "ratio_vs_blackjax": {
+            str(n): ratio(r["modes"].get("C", {}).get("sample"), r.get("blackjax"))
+            for n, r in results.items()
+        },
+        "blackjax_accept": {str(n): r.get("blackjax_accept") for n, r in results.items()},
         "ratio_vs_numpy": c.get("ratio_vs_numpy", {}),
         "ratio_vs_metropolis_per_proposal": c.get("ratio_vs_metropolis_per_proposal", {}),
         "ratio_vs_numpy_step_loop": {
@@ -681,7 +720,7 @@ def summarise(
     summary["metropolis_setup_s"] = {
         str(n): round(r["metropolis_setup_s"], 3) for n, r in results.items()
     }
-    summary.update(machine_info(("numpy", "scipy", "pymc", "pytensor", "numba", "jax")))
+    summary.update(machine_info(("numpy", "scipy", "pymc", "pytensor", "numba", "jax", "blackjax")))
     return summary
 
 
@@ -783,11 +822,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"PenaltyMetropolis unavailable ({penalty_error}): baselines only.")
     print()
 
+    blackjax_skipped = blackjax_skip_reason()
+    if blackjax_skipped:
+        print(f"BlackJAX baseline: skipped ({blackjax_skipped})")
     run_modes = [m for m, reason in modes.items() if not reason]
     results: dict[int, dict[str, Any]] = {}
     for n in sizes:
         t0 = time.perf_counter()
-        results[n] = bench_size(n, BUDGETS[run_mode][n], penalty_cls, run_modes)
+        results[n] = bench_size(
+            n, BUDGETS[run_mode][n], penalty_cls, run_modes, blackjax=not blackjax_skipped
+        )
         for m, r in results[n]["modes"].items():
             if "error" in r:
                 print(f"PenaltyMetropolis ({m}) failed at n={n}: {r['error']}")
@@ -800,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - uses step internals; report, do not fail
             bd = {"error": _short_error(exc)}
 
-    summary = summarise(results, modes, bd, run_mode, penalty_error)
+    summary = summarise(results, modes, bd, run_mode, penalty_error, blackjax_skipped)
     summary["clock"] = args.clock
     print()
     print(report_text(summary))

@@ -82,6 +82,16 @@ def check_speed(res: dict) -> None:
     assert "skipped" in res["modes"]["JAX"] or _positive(res["modes"]["JAX"]["per_step_ms"]["1000"])
     # The parts of a step at n = 1e3 must account for (roughly) all of its time.
     assert 0.5 < res["breakdown_1000"]["parts_share_of_total"] < 1.5
+    # The paths a user picks, beside BlackJAX's jitted chain measured in the same run (or the
+    # reason it was skipped: the bench extra is not part of the test extra).
+    assert res["ms_per_step"]["default"] == res["modes"]["C"]["per_step_ms"]
+    bj = res["ms_blackjax"]
+    if "skipped" in bj:
+        assert "pymc-penalty[bench]" in bj["skipped"]
+    else:
+        for n, ratio in res["ratio_vs_blackjax"].items():
+            assert _positive(bj[n]) and 0.0 < res["blackjax_accept"][n] < 1.0, n
+            assert ratio == pytest.approx(res["ms_penalty_sample"][n] / bj[n], rel=1e-2), n
 
 
 def check_utility(res: dict) -> None:
