@@ -1,0 +1,12 @@
+"""Several data owners on a real distributed engine (Dask distributed).
+
+Each owner's rows live on its own worker process and never reach the driver: the owner
+loads them, compiles the model there, keeps the per-row cache, draws its own noise and
+charges its own ledger before it reads a row. See :class:`OwnerPool`.
+
+Needs the ``distributed`` extra: ``pip install 'pymc-penalty[distributed]'``.
+"""
+
+from pymc_penalty.distributed.pool import Owner, OwnerError, OwnerPool
+
+__all__ = ["Owner", "OwnerError", "OwnerPool"]

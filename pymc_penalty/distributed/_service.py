@@ -1,0 +1,253 @@
+"""The owner's side: what runs in an owner's worker process, next to its rows.
+
+An :class:`OwnerService` is created on the owner's worker (as a Dask actor). It loads the
+owner's rows there, with the owner's loader, fills the model's ``pm.Data`` containers with
+them and compiles the likelihood on the worker: the model travels without rows and the rows
+never leave. Per release it
+
+1. checks the step id (``(run, step)``, strictly increasing per run) against its journal:
+   a retried id with the same points returns the identical value without a new charge (the
+   noise comes from a counter-based generator keyed by the owner's secret and the id, and
+   the clipped sum is a deterministic function of the rows and the points); the same id with
+   other points is refused;
+2. charges its own ledger (a file on the owner's side) for every chain of the call *before*
+   it reads a row, and journals the id;
+3. releases, per chain, its clipped sum plus Gaussian noise and, where asked, its clip count
+   plus noise. Nothing else leaves: not the per-row values, not the row count.
+
+The secret and the journal live beside the ledger file, so a restarted owner keeps them: a
+resumed run neither charges completed steps twice nor forgets them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.ledger import PrivacyLedger
+from pymc_penalty.likelihood import PenaltyLikelihood
+
+__all__ = ["OwnerService", "OwnerSideError", "load_rows"]
+
+
+class OwnerSideError(RuntimeError):
+    """An owner refused or failed a request; the message holds no data values."""
+
+
+def load_rows(loader: Callable[[], Mapping[str, Any]] | str | os.PathLike) -> dict[str, Any]:
+    """Run an owner's loader: a callable returning ``{container name: array}``, or the path
+    of an ``.npz`` file whose arrays are named after the model's ``pm.Data`` containers."""
+    if callable(loader):
+        rows = loader()
+    else:
+        path = Path(loader)
+        if path.suffix != ".npz":
+            raise OwnerSideError("A loader path must name an .npz file of named arrays.")
+        with np.load(path, allow_pickle=False) as npz:
+            rows = {name: npz[name] for name in npz.files}
+    if not isinstance(rows, Mapping) or not rows:
+        raise OwnerSideError("The loader must return a non-empty mapping of container names.")
+    return {str(k): np.asarray(v) for k, v in rows.items()}
+
+
+def _secret(path: Path) -> bytes:
+    """The owner's noise key, created once from OS entropy and kept beside its ledger."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+    return path.read_bytes()
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class OwnerService:
+    """One data owner's releases, run in the owner's worker process.
+
+    Parameters
+    ----------
+    name : str
+        The owner's name (in messages).
+    model_bytes : bytes
+        The model, pickled without rows (its ``pm.Data`` containers hold placeholders).
+    value_names : list of str
+        Names of the value variables of the raveled parameter vector, in order.
+    point : dict
+        A point giving their shapes.
+    loader : callable or path
+        See :func:`load_rows`; it runs here, never in the driver.
+    ledger_path : str
+        The owner's ledger file (the secret and the journal are kept beside it).
+    budget_mu : float
+        The owner's Gaussian-DP budget.
+    driver_pid : int
+        The driver's process id: the rows are refused if this is the driver's process.
+    compile_kwargs : dict, optional
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model_bytes: bytes,
+        value_names: list[str],
+        point: dict[str, np.ndarray],
+        loader: Any,
+        ledger_path: str,
+        budget_mu: float,
+        driver_pid: int,
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if os.getpid() == driver_pid:
+            raise OwnerSideError(f"Owner {name!r}: its rows would load in the driver's process.")
+        self.name = name
+        model = cloudpickle.loads(model_bytes)
+        containers = {v.name: v for v in model.data_vars}
+        rows = load_rows(loader)
+        unknown = sorted(set(rows) - set(containers))
+        if unknown:
+            raise OwnerSideError(
+                f"Owner {name!r}: the loader returned {unknown}, which are not pm.Data "
+                f"containers of the model (it has {sorted(containers)})."
+            )
+        lengths = set()
+        for key, value in rows.items():
+            placeholder = containers[key].get_value(borrow=True)
+            if value.ndim != placeholder.ndim or value.shape[1:] != placeholder.shape[1:]:
+                raise OwnerSideError(
+                    f"Owner {name!r}: array {key!r} must have the placeholder's trailing "
+                    f"shape {placeholder.shape[1:]} (columns); it differs."
+                )
+            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+                raise OwnerSideError(f"Owner {name!r}: array {key!r} holds NaN or inf.")
+            lengths.add(value.shape[0] if value.ndim else 1)
+        if len(lengths) != 1 or 0 in lengths:
+            # Row counts are not printed: under add/remove-one neighbours they are private.
+            raise OwnerSideError(
+                f"Owner {name!r}: the loader's arrays must share one positive number of rows."
+            )
+        with model:
+            pm.set_data(rows)
+        by_name = {v.name: v for v in model.value_vars}
+        value_vars = [by_name[v] for v in value_names]
+        self._lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
+        self._n = lengths.pop()
+        ledger = Path(ledger_path)
+        self._ledger = (
+            PrivacyLedger.open(ledger, reserve_fraction=0.0)
+            if ledger.exists()
+            else PrivacyLedger(budget_mu, ledger, reserve_fraction=0.0)
+        )
+        self._secret = _secret(ledger.with_name(ledger.name + ".key"))
+        self._journal_path = ledger.with_name(ledger.name + ".journal")
+        self._journal: dict[tuple[str, int], str] = {}
+        self._last: dict[str, int] = {}
+        if self._journal_path.exists():
+            for line in self._journal_path.read_text().splitlines():
+                entry = json.loads(line)
+                key = (entry["run"], int(entry["step"]))
+                self._journal[key] = entry["digest"]
+                self._last[key[0]] = max(self._last.get(key[0], -1), key[1])
+        self._cache: dict[int, dict[bytes, np.ndarray]] = {}
+
+    # --- what the driver may ask -------------------------------------------------------
+
+    def ready(self) -> str:
+        """The owner's name, once its rows are loaded and its likelihood compiled."""
+        return self.name
+
+    def spent(self) -> dict[str, float]:
+        """The owner's own ledger: budget, spent and releases (public figures)."""
+        return {
+            "budget_mu": self._ledger.budget_mu,
+            "spent_mu2": self._ledger.spent_mu2,
+            "releases": self._ledger.releases,
+        }
+
+    def release(
+        self,
+        run: str,
+        step: int,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        sigma: float,
+        count_sd: float,
+        mu2: np.ndarray,
+    ) -> dict[str, Any]:
+        """Release every chain's noisy clipped sum (and clip count) for step ``(run, step)``.
+
+        Returns ``{"released": bool, "sums": (chains,), "counts": (chains,)}``; ``released``
+        is False (and nothing is computed) when the owner's budget cannot pay.
+        """
+        x0s, x1s = np.atleast_2d(x0s), np.atleast_2d(x1s)
+        bounds, mu2 = np.atleast_1d(bounds), np.atleast_1d(mu2)
+        digest = _digest(x0s, x1s, bounds, np.array([sigma, count_sd]), mu2)
+        key = (str(run), int(step))
+        retried = key in self._journal
+        if retried and self._journal[key] != digest:
+            raise OwnerSideError(
+                f"Owner {self.name!r}: step {key} was already released for other points; "
+                "a step id is used once."
+            )
+        if not retried:
+            if key[1] <= self._last.get(key[0], -1):
+                raise OwnerSideError(
+                    f"Owner {self.name!r}: step ids must increase; {key} comes after "
+                    f"step {self._last[key[0]]} of this run."
+                )
+            if not self._ledger.try_spend(float(np.sum(mu2))):
+                return {"released": False, "sums": None, "counts": None}
+            with open(self._journal_path, "a") as f:
+                f.write(json.dumps({"run": key[0], "step": key[1], "digest": digest}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._journal[key] = digest
+            self._last[key[0]] = key[1]
+        # The budget is committed (now or when the id was first seen): the rows may be read.
+        noise = self._noise(key)
+        chains = x0s.shape[0]
+        sums, counts = np.empty(chains), np.empty(chains)
+        for c in range(chains):
+            ll0 = self._terms(c, x0s[c])
+            ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
+            self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
+            sums[c] = clipped_sum + sigma * noise.standard_normal()
+            z = noise.standard_normal()
+            counts[c] = n_clipped + count_sd * z if math.isfinite(count_sd) else math.nan
+        return {"released": True, "sums": sums, "counts": counts}
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
+        """Per-row terms at a chain's current point: from the cache (the last call's current
+        point or proposal, whichever was accepted), else computed."""
+        cached = self._cache.get(chain, {}).get(x.tobytes())
+        if cached is not None:
+            return cached
+        x = np.asarray(x, dtype=self._lik.input_dtype)
+        return self._lik.initial(x, self._n)[0]
+
+    def _noise(self, key: tuple[str, int]) -> np.random.Generator:
+        """A counter-based generator keyed by the owner's secret and the step id: a retried
+        id draws the same noise, so its release is identical and costs nothing more."""
+        h = hashlib.blake2b(f"{key[0]}/{key[1]}".encode(), key=self._secret, digest_size=16)
+        return np.random.Generator(np.random.Philox(key=int.from_bytes(h.digest(), "little")))

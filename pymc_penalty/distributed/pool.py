@@ -1,0 +1,312 @@
+"""The driver's side: owners, where they run, and calls that never retry silently.
+
+:class:`Owner` names a data owner, its loader and its budget. :class:`OwnerPool` starts one
+:class:`~pymc_penalty.distributed._service.OwnerService` per owner as a Dask actor (on a
+``LocalCluster`` with one worker process per owner by default, or on a cluster you name),
+ships the model without rows, and asks every owner for its releases, all chains of a step in
+one call per owner. Every call has a timeout; a lost or hung owner stops the run with
+:class:`OwnerError`, which names the owner and what every owner has spent. Dask's own retries
+are off: a step is never re-run behind the caller's back (a retry by the caller returns the
+identical release, see the service).
+
+Dask decides where the rows sit, not who may read them: anyone who can submit work to the
+cluster (``client.run``) can read an actor's memory. See the trust model in the docs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.budget import PrivacyBudget
+
+__all__ = ["Owner", "OwnerError", "OwnerPool"]
+
+#: Seconds a call may take before its owner counts as lost (set per pool).
+DEFAULT_TIMEOUT = 60.0
+#: Seconds an owner may take to load its rows and compile (at least the call timeout).
+START_TIMEOUT = 300.0
+
+
+class OwnerError(RuntimeError):
+    """An owner failed, refused or did not answer; names the owner and what was spent."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A data owner: its name, where its rows come from, and its own budget.
+
+    Parameters
+    ----------
+    name : str
+        A non-empty name, unique in the run.
+    loader : callable or path
+        Runs on the owner's worker, never in the driver: a callable returning
+        ``{pm.Data container name: array}`` (the owner's rows), or the path of an ``.npz``
+        file with arrays so named (the path is read on the owner's machine).
+    ledger_path : str or os.PathLike
+        The owner's ledger file, on the owner's machine; its noise key and step journal are
+        kept beside it. Reuse it to resume a run: nothing is charged twice or forgotten.
+    epsilon, delta : float
+        The owner's own budget (Gaussian DP, converted to mu).
+    """
+
+    name: str
+    loader: Callable[[], Mapping[str, Any]] | str | os.PathLike
+    ledger_path: str | os.PathLike
+    epsilon: float
+    delta: float
+    budget_mu: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("`name` must be a non-empty string.")
+        if not (callable(self.loader) or isinstance(self.loader, str | os.PathLike)):
+            raise ValueError(f"Owner {self.name!r}: `loader` must be a callable or a path.")
+        if not isinstance(self.ledger_path, str | os.PathLike) or not str(self.ledger_path):
+            raise ValueError(f"Owner {self.name!r}: `ledger_path` must be a file path.")
+        budget = PrivacyBudget(self.epsilon, self.delta)  # validates both
+        object.__setattr__(self, "budget_mu", budget.mu)
+
+
+def _connect(cluster: Any, n_workers: int) -> tuple[Any, Any]:
+    """A client (and the LocalCluster it owns, or None)."""
+    try:
+        import dask
+        from distributed import Client, LocalCluster
+    except ImportError as exc:  # pragma: no cover - the extra is part of the test extra
+        raise ImportError(
+            "pymc_penalty.distributed needs Dask distributed: pip install "
+            "'pymc-penalty[distributed]'"
+        ) from exc
+    # A lost task is never re-run on another worker: that would be a second release.
+    dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    if cluster is None:
+        local = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=50,
+        )
+        return Client(local, set_as_default=False), local
+    if isinstance(cluster, Client):
+        return cluster, None
+    if isinstance(cluster, str):
+        try:
+            return Client(cluster, timeout="10s", set_as_default=False), None
+        except OSError:
+            raise OwnerError(f"No Dask scheduler answered at `cluster`={cluster!r}.") from None
+    raise ValueError("`cluster` must be None (a LocalCluster), a scheduler address or a Client.")
+
+
+class OwnerPool:
+    """One actor per owner, holding its rows; releases asked for all chains at once.
+
+    Parameters
+    ----------
+    owners : sequence of Owner
+    model : pm.Model
+        The model, with placeholder ``pm.Data`` containers (the right number of columns,
+        any number of rows): it travels to the owners without rows.
+    value_vars : sequence of Variable
+        The value variables of the raveled parameter vector.
+    point : dict
+        A point giving their shapes.
+    cluster : None, str or distributed.Client
+        ``None`` starts a ``LocalCluster`` with one worker process per owner, each owner
+        pinned to its own worker. A scheduler address or a ``Client`` uses that cluster; its
+        workers must offer a resource ``owner-<name>`` for each owner (``dask worker ...
+        --resources owner-<name>=1``), which pins the owner to them.
+    timeout : float, default 60
+        Seconds a call may take before the owner counts as lost (starting an owner, which
+        loads its rows and compiles, may take up to ``max(timeout, 300)``).
+    compile_kwargs : dict, optional
+        Passed to each owner's compiled likelihood.
+    run : str, optional
+        The run id of the step ids (a fresh one by default; reuse it to resume a run).
+    """
+
+    def __init__(
+        self,
+        owners: Sequence[Owner],
+        model: pm.Model,
+        value_vars: Sequence[Any],
+        point: Mapping[str, np.ndarray],
+        *,
+        cluster: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        compile_kwargs: dict[str, Any] | None = None,
+        run: str | None = None,
+    ) -> None:
+        owners = list(owners)
+        if not owners or not all(isinstance(o, Owner) for o in owners):
+            raise ValueError("`owners` must be a non-empty sequence of pymc_penalty Owner.")
+        names = [o.name for o in owners]
+        if len(set(names)) != len(names):
+            raise ValueError("`owners` must have distinct names.")
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError("`timeout` must be a positive number of seconds.")
+        self.owners = owners
+        self.timeout = float(timeout)
+        #: Loading the rows and compiling on the worker may take longer than a step.
+        self.start_timeout = max(self.timeout, START_TIMEOUT)
+        self.run = run or uuid.uuid4().hex
+        self._step = 0
+        self.client, self._cluster = _connect(cluster, len(owners))
+        model_bytes = cloudpickle.dumps(model)
+        value_names = [v.name for v in value_vars]
+        point = {k: np.asarray(v) for k, v in point.items()}
+        workers = list(self.client.scheduler_info()["workers"]) if self._cluster else []
+        futures = []
+        for k, owner in enumerate(owners):
+            where = (
+                {"workers": [workers[k]], "allow_other_workers": False}
+                if self._cluster is not None
+                else {"resources": {f"owner-{owner.name}": 1}}
+            )
+            futures.append(
+                self.client.submit(
+                    _service_class(),
+                    owner.name,
+                    model_bytes,
+                    value_names,
+                    point,
+                    owner.loader,
+                    str(owner.ledger_path),
+                    owner.budget_mu,
+                    os.getpid(),
+                    compile_kwargs,
+                    actor=True,
+                    pure=False,
+                    key=f"owner-{owner.name}-{self.run}",
+                    **where,
+                )
+            )
+        self._actors = []
+        try:
+            for owner, fut in zip(owners, futures, strict=True):
+                with self.client.as_current():  # the actor handle binds to this client
+                    actor = self._answer(owner, fut, "start", self.start_timeout)
+                self._answer(owner, actor.ready(), "load its rows", self.start_timeout)
+                self._actors.append(actor)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- calls -----------------------------------------------------------------------
+
+    def _answer(self, owner: Owner, future: Any, what: str, timeout: float | None = None) -> Any:
+        """A call's result within the timeout, or OwnerError naming the owner."""
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            raise OwnerError(
+                f"Owner {owner.name!r} did not {what} within {timeout:g} s (lost or "
+                f"hung); the run stops. {self._spent_text(exclude=owner)}"
+            ) from None
+        except OwnerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the worker's messages may quote data
+            reason = str(exc) if type(exc).__name__ == "OwnerSideError" else type(exc).__name__
+            raise OwnerError(
+                f"Owner {owner.name!r} failed to {what} ({reason}); the run stops. "
+                f"{self._spent_text(exclude=owner)}"
+            ) from None
+
+    def release(
+        self,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        sigmas: np.ndarray,
+        count_sds: np.ndarray,
+        mu2: np.ndarray,
+        step: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every owner's release for every chain of one step.
+
+        Parameters
+        ----------
+        x0s, x1s : ndarray, shape (chains, d)
+            Current points and proposals.
+        bounds : ndarray, shape (chains,)
+            Clip bounds.
+        sigmas, count_sds : ndarray, shape (owners,)
+            Each owner's noise sd for its clipped sum and its clip count (``inf``: none).
+        mu2 : ndarray, shape (owners, chains)
+            What each release costs each owner (charged on the owner's side first).
+        step : int, optional
+            The step id (the next one by default). Giving a step already released, with the
+            same points, returns the identical values; with other points it is refused.
+
+        Returns
+        -------
+        (sums, counts) : ndarrays of shape (owners, chains), or None
+            None when an owner's budget could not pay (nothing is released then by it).
+        """
+        step = self._step if step is None else int(step)
+        self._step = max(self._step, step + 1)
+        calls = [
+            actor.release(
+                self.run, step, x0s, x1s, bounds, float(sigmas[k]), float(count_sds[k]), mu2[k]
+            )
+            for k, actor in enumerate(self._actors)
+        ]
+        replies = [
+            self._answer(owner, call, f"release step {step}")
+            for owner, call in zip(self.owners, calls, strict=True)
+        ]
+        if not all(r["released"] for r in replies):
+            return None
+        return np.stack([r["sums"] for r in replies]), np.stack([r["counts"] for r in replies])
+
+    def spent(self) -> dict[str, dict[str, float]]:
+        """Each owner's ledger as the owner reports it."""
+        return {
+            owner.name: self._answer(owner, actor.spent(), "report its ledger")
+            for owner, actor in zip(self.owners, self._actors, strict=True)
+        }
+
+    def _spent_text(self, exclude: Owner) -> str:
+        parts = []
+        # While the pool starts, the owners after the failing one have no actor yet.
+        for owner, actor in zip(self.owners, self._actors, strict=False):
+            if owner is exclude:
+                parts.append(f"{owner.name}: unknown (see its ledger file)")
+                continue
+            try:
+                s = actor.spent().result(timeout=min(self.timeout, 5.0))
+                parts.append(f"{owner.name}: mu^2 {s['spent_mu2']:.4g} in {s['releases']}")
+            except Exception:  # noqa: BLE001
+                parts.append(f"{owner.name}: unknown (see its ledger file)")
+        return "Spent per owner: " + ("; ".join(parts) if parts else "none started") + "."
+
+    def close(self) -> None:
+        """Drop the actors and, if this pool started it, the LocalCluster."""
+        self._actors = []
+        if self._cluster is not None:
+            self.client.close()
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> OwnerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _service_class() -> type:
+    from pymc_penalty.distributed._service import OwnerService
+
+    return OwnerService
