@@ -22,6 +22,7 @@ from pymc.logprob.utils import CheckParameterValue, local_remove_check_parameter
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.compile.mode import get_mode
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import in2out
@@ -29,11 +30,29 @@ from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
 
-__all__ = ["LikelihoodEvaluationError", "PenaltyLikelihood", "per_datapoint_terms"]
+__all__ = [
+    "DataChangedError",
+    "LikelihoodEvaluationError",
+    "PenaltyLikelihood",
+    "per_datapoint_terms",
+]
 
 
 class LikelihoodEvaluationError(RuntimeError):
     """The compiled likelihood failed; the original message is withheld (it may hold data)."""
+
+
+class DataChangedError(ValueError):
+    """A data container changed shape or dtype after the step's privacy checks ran."""
+
+
+def _layout(shared: Sequence[Variable]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """Name, shape and dtype of each shared variable's current value (no values)."""
+    out = []
+    for var in shared:
+        value = np.asarray(var.get_value(borrow=True))
+        out.append((str(var.name), value.shape, value.dtype.str))
+    return tuple(out)
 
 
 def _per_datapoint(term: pt.TensorVariable) -> pt.TensorVariable:
@@ -130,6 +149,11 @@ class PenaltyLikelihood:
             **kwargs,
         )
         self._fn.trust_input = True
+        # The gate (row locality, data recognition) ran on the data's shapes at construction;
+        # pm.set_data or set_value may swap in arrays of another shape later. The layout is
+        # checked again before each chain touches the data.
+        self._shared = [v for v in ancestors([ll, logprior]) if isinstance(v, SharedVariable)]
+        self._layout = _layout(self._shared)
         self.input_dtype = np.dtype(flat.dtype)
         self.ll_dtype = np.dtype(ll.dtype)
 
@@ -175,5 +199,26 @@ class PenaltyLikelihood:
 
     def initial(self, x: np.ndarray, n: int) -> tuple[np.ndarray, float]:
         """Per-datapoint log-likelihood and log prior at ``x`` (to fill the cache)."""
+        self.check_layout()
         ll, _, _, logprior = self.evaluate(x, np.zeros(n, dtype=self.ll_dtype), np.inf)
         return ll, logprior
+
+    def check_layout(self) -> None:
+        """Refuse data containers whose shape or dtype changed since construction.
+
+        Reads shapes and dtypes only, never values: callers run it before spending.
+
+        Raises
+        ------
+        DataChangedError
+            When ``pm.set_data`` (or ``set_value``) changed a container's layout after the
+            step was built and checked.
+        """
+        layout = _layout(self._shared)
+        if layout != self._layout:
+            changed = sorted({a[0] for a, b in zip(layout, self._layout, strict=True) if a != b})
+            raise DataChangedError(
+                f"Data containers {changed} changed shape or dtype after the step was "
+                "constructed (pm.set_data?): its privacy checks ran on the old layout. "
+                "Construct the step again after changing the data."
+            )

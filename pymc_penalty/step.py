@@ -560,6 +560,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             PROPOSAL_STAT: x1.copy(),
         }
 
+        key = x0.tobytes()
+        if self._cache_key != key:
+            self._lik.check_layout()  # shapes only: before anything is spent
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
             stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
             stats.update(dp_clipped_count=np.nan, dp_released=False, dp_mu=0.0)
@@ -567,7 +570,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
         # The budget for this release is committed: the data may be touched now (the cache of
         # the current state's vector too: a refused step must not evaluate the likelihood).
-        key = x0.tobytes()
         if self._cache_key != key:
             self._refresh_cache(x0, key)
         ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)

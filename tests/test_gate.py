@@ -18,7 +18,7 @@ import pytensor.tensor as pt
 import pytest
 import xarray as xr
 
-from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis
+from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis, PrivacyLedger
 from pymc_penalty.model_checks import (
     carries_records,
     data_dependent_variables,
@@ -642,3 +642,29 @@ def test_control_per_row_effect_sized_from_the_data_shape_is_accepted():
         # Under add/remove-one the count is private, and its shape depends on it.
         with pytest.raises(ModelNotPrivateError, match="prior of 'u' depends on data"):
             PenaltyMetropolis(mu=0.5, neighbours="add_remove")
+
+
+def test_data_swapped_to_another_shape_after_the_step_is_built_is_refused_before_spending():
+    """The gate ran on the construction-time layout: pm.set_data to another shape (here a
+    second covariate column the checks never saw) is refused before any release, and a
+    same-shape swap (the usual prediction idiom) still samples."""
+    from pymc_penalty.likelihood import DataChangedError
+
+    with pm.Model():
+        xd = pm.Data("xd", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = PenaltyMetropolis(mu=0.5, ledger=PrivacyLedger(5.0))
+        pm.set_data({"xd": X[:, 1]})  # same layout: accepted
+        step.astep(pm.blocking.DictToArrayBijection.map(pm.modelcontext(None).initial_point()))
+        spent_before = step.ledger.spent_mu2
+        assert spent_before > 0
+        pm.set_data({"xd": np.concatenate([X[:, 0], X[:1, 1]])})
+        q = pm.blocking.DictToArrayBijection.map(pm.modelcontext(None).initial_point())
+        step._cache_key = None  # a new chain starts
+        with pytest.raises(DataChangedError, match=r"\['xd'\] changed shape") as err:
+            step.astep(q)
+    assert f"{X[0, 1]:.6g}" not in str(err.value) and str(N) not in str(err.value)
+    assert step.ledger.spent_mu2 == spent_before

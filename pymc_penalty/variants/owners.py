@@ -203,6 +203,9 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             PROPOSAL_STAT: x1.copy(),
         }
         stats.update({_owner_stat(j): float(m) for j, m in enumerate(mu_owners)})
+        key = x0.tobytes()
+        if self._cache_key != key:
+            self._lik.check_layout()  # shapes only: before anything is spent
         if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
             stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
             stats.update(dp_clipped_count=np.nan, dp_released=False)
@@ -210,7 +213,6 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             stats.update({_owner_stat(j): 0.0 for j in range(self.n_owners)})
             return q0, [stats]
 
-        key = x0.tobytes()
         if self._cache_key != key:
             self._refresh_cache(x0, key)
         ll1, owner_sums, owner_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
