@@ -6,11 +6,16 @@ noisy acceptance probabilities), so adaptation is post-processing and costs no p
 - a global scaling, steered toward ``target_accept`` by a Robbins-Monro recursion on its
   logarithm, with a gain that restarts at each adaptation window;
 - the proposal's shape: at the end of each window (windows double in length, starting at
-  ``tune_interval``) the proposal covariance moves toward ``2.38^2 / d`` times the
-  covariance (``"full"``, correlations shrunk toward zero in proportion to how few moves the
-  window accepted) or variances (``"diag"``) of the draws in that window.
+  ``tune_interval``) the proposal covariance becomes ``2.38^2 / d`` times the covariance
+  (``"full"``, correlations shrunk toward zero in proportion to how few moves were accepted)
+  or variances (``"diag"``) of the draws of every window pooled since the chain last
+  travelled.
 
-Doubling windows let early windows, spent travelling from a far-away start, be forgotten.
+A window whose mean lies more than two of its own sds from the pool's mean in some coordinate
+restarts the pool, so windows spent travelling from a far-away start are forgotten; the others
+accumulate (one window of an autocorrelated chain gives a noisy covariance: pooling improved
+the proposal's median log condition number relative to a correlated target from 1.33 to 0.95,
+``tests/test_adaptation.py``).
 After tuning the proposal is frozen, so the chain is a time-homogeneous Markov chain with the
 exact posterior as its stationary distribution.
 """
@@ -35,6 +40,8 @@ _MIN_MOVES = 10
 _LOG_SCALING_BOUNDS = (-30.0, 30.0)
 # Pseudo-moves per dimension with which a window's correlations are shrunk toward zero.
 _PRIOR_MOVES_PER_DIM = 5.0
+# A window whose mean is this many of its own sds from the pool's mean restarts the pool.
+_TRAVEL_SDS = 2.0
 
 
 @dataclass
@@ -68,6 +75,12 @@ class ProposalAdapter:
     max_step: float = np.inf
     directions: np.ndarray = field(default_factory=lambda: np.ones(0))
     last_coordinate: int = -1
+    # Draws of the windows pooled so far (since the chain last travelled): count, accepted
+    # moves, sums of x and of x x^T.
+    pool_n: int = 0
+    pool_moves: int = 0
+    pool_sum_x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pool_sum_xx: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     @classmethod
     def create(
@@ -97,6 +110,8 @@ class ProposalAdapter:
             window=int(window),
             sum_x=np.zeros(d),
             sum_xx=np.zeros((d, d)),
+            pool_sum_x=np.zeros(d),
+            pool_sum_xx=np.zeros((d, d)),
             kind=kind,
             max_step=float(max_step),
             directions=np.ones(d),
@@ -152,21 +167,46 @@ class ProposalAdapter:
         if self.t_window >= self.window:
             self._end_window()
 
-    def _end_window(self) -> None:
+    def _pool_window(self) -> None:
+        """Add the finished window's draws to the pool, or restart the pool with them when the
+        chain has travelled: the pool's mean lies more than ``_TRAVEL_SDS`` of the window's own
+        sd from the window's mean in some coordinate (a chain still on its way from a far start,
+        whose earlier draws would inflate the covariance along its path)."""
         n = self.t_window
+        mean = self.sum_x / n
+        var = np.clip(np.diag(self.sum_xx) / n - mean**2, 0.0, None)
+        travelled = False
+        if self.pool_n > 0:
+            pool_mean = self.pool_sum_x / self.pool_n
+            travelled = bool(np.any(np.abs(pool_mean - mean) > _TRAVEL_SDS * np.sqrt(var)))
+        if travelled:
+            self.pool_n, self.pool_moves = 0, 0
+            self.pool_sum_x[:] = 0.0
+            self.pool_sum_xx[:] = 0.0
+        self.pool_n += n
+        self.pool_moves += self.moves
+        self.pool_sum_x += self.sum_x
+        self.pool_sum_xx += self.sum_xx
+
+    def _end_window(self) -> None:
+        """Update the proposal covariance from every window since the chain last travelled
+        (accumulated, not only the last window: a short window of an autocorrelated chain
+        gives a noisy covariance), then double the window."""
+        self._pool_window()
+        n = self.pool_n
         d = self.chol.shape[0]
-        if self.moves >= _MIN_MOVES:
-            mean = self.sum_x / n
-            cov = (self.sum_xx - n * np.outer(mean, mean)) / max(n - 1, 1)
+        if self.pool_moves >= _MIN_MOVES:
+            mean = self.pool_sum_x / n
+            cov = (self.pool_sum_xx - n * np.outer(mean, mean)) / max(n - 1, 1)
             var = np.clip(np.diag(cov), 0.0, None)
             if self.mode == "diag":
                 cov = np.diag(var)
             else:
-                # Shrink correlations toward zero, weighted by the window's accepted moves: a
+                # Shrink correlations toward zero, weighted by the pooled accepted moves: a
                 # window spent moving along one line (travelling from a far start) would
                 # otherwise leave a nearly singular proposal that cannot leave that line.
                 # Scale-free: the variances themselves are kept.
-                weight = self.moves / (self.moves + _PRIOR_MOVES_PER_DIM * d)
+                weight = self.pool_moves / (self.pool_moves + _PRIOR_MOVES_PER_DIM * d)
                 cov = weight * cov + (1.0 - weight) * np.diag(var)
             cov = cov * (2.38**2 / d)
             jitter = 1e-10 * max(float(np.max(np.diag(cov))), 1e-300)
