@@ -19,6 +19,7 @@ from pymc_penalty.contamination import (
     sample_contaminated,
 )
 from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
+from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
@@ -43,6 +44,8 @@ __all__ = [
     "StudentTContamination",
     "TruncatedStudentT",
     "UnpublishedResultWarning",
+    "UtilityForecast",
+    "UtilityWarning",
     "__version__",
     "attach_report",
     "audit",
@@ -59,6 +62,7 @@ __all__ = [
     "estimate_privacy",
     "expected_acceptance",
     "finalize",
+    "forecast_utility",
     "gdp_epsilon",
     "gdp_mu",
     "plot_epsilon",

@@ -19,9 +19,11 @@ import pymc as pm
 
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
+from pymc_penalty.forecast import UtilityWarning, forecast_run
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
+from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
 
@@ -249,6 +251,29 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
     }
 
 
+def _forecast_before_spending(
+    step: PenaltyMetropolis, budget: PrivacyBudget, plan: RunPlan, model: pm.Model
+) -> dict[str, Any]:
+    """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
+    before anything is spent when it is poor or hopeless. Under add/remove-one neighbours n is
+    private, so there is no forecast (it would publish n)."""
+    if step.neighbours is not Neighbours.SUBSTITUTE or step.mu is None:
+        return {}
+    d = int(sum(np.size(v) for v in model.initial_point().values()))
+    kept_mu2 = step.mu**2 * plan.draws * plan.chains * (1.0 - step.clip_count_share)
+    forecast = forecast_run(
+        math.sqrt(kept_mu2),
+        budget_mu=budget.mu,
+        delta=budget.delta,
+        n=step._n,  # public under substitute-one (checked above)
+        d=d,
+        steps=plan.draws * plan.chains,
+    )
+    if forecast.verdict in ("poor", "hopeless"):
+        warnings.warn(f"{forecast}", UtilityWarning, stacklevel=3)
+    return {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
+
+
 def sample(
     *,
     epsilon: float,
@@ -401,6 +426,7 @@ def sample(
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
+    warm_report.update(_forecast_before_spending(step, budget, plan, model))
 
     try:
         with model:
