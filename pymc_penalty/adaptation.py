@@ -22,11 +22,19 @@ exact posterior as its stationary distribution.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import ndtri
 
-__all__ = ["ADAPT_MODES", "PROPOSAL_KINDS", "ProposalAdapter"]
+__all__ = [
+    "ADAPT_MODES",
+    "CLIP_TARGET_FRACTION",
+    "PROPOSAL_KINDS",
+    "ClipAdapter",
+    "ProposalAdapter",
+]
 
 ADAPT_MODES = ("full", "diag", "scaling", "none")
 #: ``block``: one Gaussian move of all coordinates; ``component``: one random coordinate per
@@ -222,3 +230,114 @@ class ProposalAdapter:
         self.moves = 0
         self.sum_x[:] = 0.0
         self.sum_xx[:] = 0.0
+
+
+#: Clipped fraction the clip adaptation aims at (0.2% of the rows per release).
+CLIP_TARGET_FRACTION = 0.002
+# Per-window factor by which a clip is shrunk when almost nothing was clipped.
+_CLIP_SHRINK = 0.25
+# A window's estimate moves the clip only when it differs from the target by this many of its
+# standard errors (the counts carry the release's noise).
+_CLIP_EVIDENCE_SES = 2.0
+
+
+@dataclass
+class ClipAdapter:
+    """The clip constant found from the noisy clipped counts released during tuning.
+
+    Every penalty step releases a noisy count of the rows it clipped (``dp_clipped_count``,
+    charged to the ledger), so adapting the clip from those counts is post-processing and
+    costs nothing more. At the end of each window (doubling, like the proposal's) the window's
+    mean count estimates the clipped fraction ``f``; modelling a row's ratio over the bound as
+    Gaussian, ``f = 2 Phi(-c / tau)``, the clip moves to the constant that clips the target
+    fraction, ``c Phi^-1(target / 2) / Phi^-1(f / 2)``. A window whose estimate is within two
+    standard errors (from the count noise) of the target leaves the clip alone; one that saw
+    almost no clipping shrinks it by 4. Without a public n (add/remove-one) the clip doubles or
+    halves toward one clipped row per release, and the step halves (on the log scale) each
+    time the direction reverses, a bisection that settles between two doublings.
+
+    Parameters
+    ----------
+    clip : float
+        Starting clip constant (``> 0``).
+    n_rows : float or None
+        Number of rows, public under substitute-one neighbours. Under add/remove-one it is
+        private: pass None, and the target is one clipped row per release on average
+        instead of a fraction of n.
+    count_noise_sd : float
+        Standard deviation of one release's count noise (``>= 0``, ``inf`` when counts are not
+        released; the clip then never moves).
+    window : int
+        Length of the first window (``>= 1``).
+    target_fraction : float
+        Clipped fraction to aim at, in ``(0, 0.5)``.
+    """
+
+    log_clip: float
+    n_rows: float | None
+    count_noise_sd: float
+    window: int
+    target_fraction: float = CLIP_TARGET_FRACTION
+    t_window: int = 0
+    sum_counts: float = 0.0
+    log_step: float = math.log(2.0)
+    last_direction: int = 0
+    history: list = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls,
+        clip: float,
+        n_rows: float | None,
+        count_noise_sd: float,
+        window: int,
+        target_fraction: float = CLIP_TARGET_FRACTION,
+    ) -> ClipAdapter:
+        """Build the adapter (arguments as in the class docstring)."""
+        if not (math.isfinite(clip) and clip > 0):
+            raise ValueError("`clip` must be a finite positive number.")
+        if not 0.0 < target_fraction < 0.5:
+            raise ValueError("`target_fraction` must lie in (0, 0.5).")
+        return cls(math.log(clip), n_rows, float(count_noise_sd), int(window), target_fraction)
+
+    @property
+    def clip(self) -> float:
+        """Current clip constant."""
+        return math.exp(self.log_clip)
+
+    def update(self, noisy_count: float, count_noise_sd: float | None = None) -> None:
+        """Record one tuning release's noisy clipped count (and its noise sd if it changed)."""
+        if count_noise_sd is not None:
+            self.count_noise_sd = float(count_noise_sd)
+        self.t_window += 1
+        self.sum_counts += float(noisy_count)
+        if self.t_window >= self.window:
+            self._end_window()
+
+    def _end_window(self) -> None:
+        m = self.t_window
+        scale = self.n_rows if self.n_rows is not None else 1.0 / self.target_fraction
+        estimate = self.sum_counts / m / scale
+        se = self.count_noise_sd / math.sqrt(m) / scale
+        target = self.target_fraction
+        self.window *= 2
+        self.t_window = 0
+        self.sum_counts = 0.0
+        if not math.isfinite(se) or abs(estimate - target) <= _CLIP_EVIDENCE_SES * se:
+            self.history.append(self.clip)
+            return
+        if self.n_rows is None:
+            # Without n the fraction is unknown: bisect (on the log scale) toward one row per
+            # release, halving the step whenever the direction reverses.
+            direction = 1 if estimate > target else -1
+            if self.last_direction and direction != self.last_direction:
+                self.log_step /= 2.0
+            self.last_direction = direction
+            factor = math.exp(direction * self.log_step)
+        elif estimate <= target / 20.0:
+            factor = _CLIP_SHRINK
+        else:
+            f = min(estimate, 0.9)
+            factor = float(ndtri(target / 2.0) / ndtri(f / 2.0))
+        self.log_clip += math.log(factor)
+        self.history.append(self.clip)

@@ -311,7 +311,7 @@ def sample(
     neighbours : {"substitute", "add_remove"}
     clip : float
         Clip constant of the per-datapoint log-likelihood ratios.
-    clip_mode : {"distance", "constant"}
+    clip_mode : {"distance", "metric", "constant"}
     clip_count_share : float
         Share of each step's privacy spent on the noisy clipped-datapoint count.
     warm_start : float, default 0

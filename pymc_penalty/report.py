@@ -97,7 +97,11 @@ def _describe_sensitivity(step: Any) -> str:
         return f"sufficient statistic ({step.family}): Delta = {step.sensitivity:g}"
     if step.clip is None:
         return "unbounded (clip=None)"
-    norm = {"distance": " * ||theta' - theta||_2", "lipschitz": " * ||theta' - theta||_1"}
+    norm = {
+        "distance": " * ||theta' - theta||_2",
+        "metric": " * ||L^-1 (theta' - theta)||_2 (L: the proposal's Cholesky factor)",
+        "lipschitz": " * ||theta' - theta||_1",
+    }
     mode = step.clip_mode.value
     return f"clip {mode}: B = {step.clip:g}" + norm.get(mode, "")
 

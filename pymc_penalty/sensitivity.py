@@ -2,9 +2,13 @@
 
 Each datapoint's log-likelihood ratio ``r_i = log p(y_i | theta') - log p(y_i | theta)`` is
 clipped to ``[-B, B]`` before summation. The bound ``B`` is either a constant (``clip``) or
-proportional to the proposal's step length (``clip * ||theta' - theta||_2``, on the sampler's
-unconstrained space). The second keeps the noise-to-sensitivity ratio constant per step and
-makes clipping rare near the posterior, where steps are small. A declared Lipschitz bound
+proportional to the proposal's step length: ``clip * ||theta' - theta||_2`` on the sampler's
+unconstrained space (``distance``), or ``clip * ||L^-1 (theta' - theta)||_2`` in the
+proposal's own metric (``metric``, ``L`` the proposal's Cholesky factor, built from released
+quantities only, so public). The metric bound is scale-free: one constant fits every direction
+of an anisotropic posterior, where a Euclidean bound must cover the steepest one. The
+step-length bounds keep the noise-to-sensitivity ratio constant per step and make clipping
+rare near the posterior, where steps are small. A declared Lipschitz bound
 ``M`` on each partial derivative of a datapoint's log-likelihood gives
 ``B = M * ||theta' - theta||_1``, which never clips when the declaration holds (the chain is
 then exact); the step still clips at ``B``, so the guarantee never rests on the claim.
@@ -19,6 +23,7 @@ import math
 from enum import Enum
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 __all__ = ["ClipMode", "Neighbours", "clip_bound", "l2_sensitivity", "step_length"]
 
@@ -57,6 +62,7 @@ class ClipMode(_Choice):
     """How the clip bound ``B`` depends on the proposal."""
 
     DISTANCE = "distance"
+    METRIC = "metric"
     CONSTANT = "constant"
     LIPSCHITZ = "lipschitz"
 
@@ -66,14 +72,21 @@ class ClipMode(_Choice):
         return super().parse(value, argument)
 
 
-def step_length(mode: ClipMode, diff: np.ndarray) -> float:
+def step_length(mode: ClipMode, diff: np.ndarray, chol: np.ndarray | None = None) -> float:
     """The norm of ``theta' - theta`` that ``mode`` scales the bound with.
 
     L1 for ``LIPSCHITZ`` (a bound on each partial derivative gives
-    ``|log p(y|theta') - log p(y|theta)| <= M ||theta' - theta||_1``), L2 otherwise.
+    ``|log p(y|theta') - log p(y|theta)| <= M ||theta' - theta||_1``), ``||L^-1 diff||_2`` for
+    ``METRIC`` (``chol`` is ``L``, lower triangular; required), L2 otherwise. Every norm is
+    symmetric in the two points, so the noise it sets keeps the penalty test exact.
     """
     if mode is ClipMode.LIPSCHITZ:
         return float(np.abs(diff).sum())
+    if mode is ClipMode.METRIC:
+        if chol is None:
+            raise ValueError("`chol` is required for clip_mode='metric'.")
+        white = solve_triangular(chol, diff, lower=True, check_finite=False)
+        return math.sqrt(float(white @ white))
     return math.sqrt(float(diff @ diff))
 
 
@@ -87,7 +100,8 @@ def clip_bound(clip: float | None, mode: ClipMode, length: float) -> float:
         ``|d log p(y_i | theta) / d theta_j|``); ``None`` means no clipping (``B = inf``, not
         private).
     mode : ClipMode
-        ``DISTANCE``: ``B = clip * ||theta' - theta||_2``; ``LIPSCHITZ``:
+        ``DISTANCE``: ``B = clip * ||theta' - theta||_2``; ``METRIC``:
+        ``B = clip * ||L^-1 (theta' - theta)||_2``; ``LIPSCHITZ``:
         ``B = clip * ||theta' - theta||_1``; ``CONSTANT``: ``B = clip``.
     length : float
         :func:`step_length` of the proposal on the unconstrained space.

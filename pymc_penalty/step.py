@@ -226,10 +226,13 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         sensitivity of this step's release. Requires a finite ``clip``.
     clip : float or None, default 1.0
         Clip constant. With ``clip_mode="distance"`` the bound is
-        ``B = clip * ||theta' - theta||_2``; with ``"constant"``, ``B = clip``. ``None`` means
+        ``B = clip * ||theta' - theta||_2``; with ``"metric"``,
+        ``B = clip * ||L^-1 (theta' - theta)||_2`` where ``L`` is the proposal's Cholesky
+        factor (``S``'s, then the tuned one: public, built from released states); with
+        ``"constant"``, ``B = clip``. ``None`` means
         no clipping: exact but unbounded sensitivity, so not private (allowed with
         ``noise_sd`` only; a :class:`NotPrivateWarning` says so).
-    clip_mode : {"distance", "constant", "lipschitz"}, default "distance"
+    clip_mode : {"distance", "metric", "constant", "lipschitz"}, default "distance"
         How ``B`` depends on the proposal. ``"lipschitz"``: ``clip`` is a declared bound ``M``
         on every ``|d log p(y_i | theta) / d theta_j|`` (on the unconstrained space) and
         ``B = M * ||theta' - theta||_1``; violations are still clipped and counted
@@ -517,7 +520,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """Draw a proposal in the input dtype; return it with the length its bound scales by."""
         x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
-        return x1, step_length(self.clip_mode, np.asarray(x1, dtype=np.float64) - x0)
+        diff = np.asarray(x1, dtype=np.float64) - x0
+        return x1, step_length(self.clip_mode, diff, self.adapter.chol)
 
     def _decide(
         self,

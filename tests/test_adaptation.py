@@ -1,8 +1,11 @@
-"""The adaptive proposal pools its covariance over tuning windows, restarting after travel."""
+"""Tuning: the proposal pools its covariance over windows (restarting after travel), and the
+clip is found from the noisy clipped counts."""
 
 import numpy as np
+import pytest
+from scipy import stats
 
-from pymc_penalty.adaptation import ProposalAdapter
+from pymc_penalty.adaptation import ClipAdapter, ProposalAdapter
 
 
 def _learned_cov(ad: ProposalAdapter) -> np.ndarray:
@@ -75,3 +78,54 @@ def test_pooling_learns_a_correlated_shape_better_than_the_last_window():
     pooled = np.median([log_condition(True, s) for s in range(12)])
     last = np.median([log_condition(False, s) for s in range(12)])
     assert pooled < last - 0.1, (pooled, last)
+
+
+# --------------------------------------------------------------------------------------------
+# The clip found from noisy clipped counts
+# --------------------------------------------------------------------------------------------
+
+
+def _run_clip(ad: ClipAdapter, tau: float, n: int, steps: int, rng, heavy: bool = False):
+    """Feed ``steps`` releases whose rows' ratios over the bound are |tau * Z| (or Student-t
+    with 5 degrees of freedom), with the release's count noise."""
+    for _ in range(steps):
+        draws = rng.standard_t(5, size=n) if heavy else rng.normal(size=n)
+        count = np.count_nonzero(np.abs(tau * draws) > ad.clip)
+        ad.update(count + ad.count_noise_sd * rng.normal())
+
+
+@pytest.mark.parametrize("start", [0.01, 100.0])
+@pytest.mark.parametrize("heavy", [False, True])
+def test_clip_reaches_the_target_fraction_from_far_away(start, heavy):
+    rng = np.random.default_rng(3)
+    n, tau = 20000, 1.0
+    ad = ClipAdapter.create(start, n_rows=n, count_noise_sd=20.0, window=20)
+    _run_clip(ad, tau, n, 20 + 40 + 80 + 160 + 320 + 640, rng, heavy)
+    draws = rng.standard_t(5, size=10**6) if heavy else rng.normal(size=10**6)
+    fraction = np.mean(np.abs(tau * draws) > ad.clip)
+    assert 0.5 * ad.target_fraction < fraction < 2.0 * ad.target_fraction, (fraction, ad.history)
+
+
+def test_clip_does_not_move_on_counts_drowned_in_noise():
+    rng = np.random.default_rng(4)
+    ad = ClipAdapter.create(0.5, n_rows=1000, count_noise_sd=1e6, window=10)
+    _run_clip(ad, 1.0, 1000, 150, rng)  # true fraction about 62%, far from the target
+    assert ad.clip == 0.5 and ad.history == [0.5] * 4
+
+
+@pytest.mark.parametrize("start", [0.1, 1.0, 20.0])
+def test_clip_under_add_remove_aims_at_one_row_per_release(start):
+    # n is private here: the adapter bisects on the log scale toward one clipped row.
+    rng = np.random.default_rng(5)
+    n = 5000
+    ad = ClipAdapter.create(start, n_rows=None, count_noise_sd=0.5, window=10)
+    _run_clip(ad, 1.0, n, 10 * (2**9 - 1), rng)
+    expected_rows = n * 2 * stats.norm.sf(ad.clip)
+    assert 0.4 < expected_rows < 2.5, (expected_rows, ad.history)
+
+
+def test_clip_adapter_checks_its_arguments():
+    with pytest.raises(ValueError, match="`clip`"):
+        ClipAdapter.create(0.0, 10, 1.0, 10)
+    with pytest.raises(ValueError, match="`target_fraction`"):
+        ClipAdapter.create(1.0, 10, 1.0, 10, target_fraction=0.7)
