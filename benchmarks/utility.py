@@ -180,6 +180,7 @@ def penalty_draws(data: LogisticData, s: Settings, epsilon: float, seed: int) ->
         cores=1,
         neighbours="substitute",
         clip=s.clip,
+        clip_mode="distance",
         warm_start=s.warm_start,
         warm_start_clip=s.warm_start_clip,
         step_kwargs=dict(s.step_kwargs),

@@ -18,7 +18,13 @@ from pymc_penalty.contamination import (
     privacy_curve,
     sample_contaminated,
 )
-from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
+from pymc_penalty.diagnostics import (
+    ConvergenceWarning,
+    convergence_verdict,
+    epsilon_curve,
+    plot_epsilon,
+    plot_privacy,
+)
 from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
@@ -46,6 +52,8 @@ __all__ = [
     "UnpublishedResultWarning",
     "UtilityForecast",
     "UtilityWarning",
+    "ConvergenceWarning",
+    "convergence_verdict",
     "__version__",
     "attach_report",
     "audit",

@@ -34,6 +34,8 @@ __all__ = [
     "PROPOSAL_KINDS",
     "ClipAdapter",
     "ProposalAdapter",
+    "clip_target_fraction",
+    "starting_clip",
 ]
 
 ADAPT_MODES = ("full", "diag", "scaling", "none")
@@ -232,13 +234,48 @@ class ProposalAdapter:
         self.sum_xx[:] = 0.0
 
 
-#: Clipped fraction the clip adaptation aims at (0.2% of the rows per release).
+#: Largest clipped fraction the clip adaptation aims at (0.2% of the rows per release).
 CLIP_TARGET_FRACTION = 0.002
+# Clipping biases the posterior mean by about (clipped fraction) * sqrt(n) posterior sds times
+# a model constant (measured on a logistic regression with n = 1e5: 0.9, 4.8 and 13.8 sds at
+# 0.2%, 1% and 3% clipped; within Monte Carlo error at 0.02%), so the target shrinks as
+# 1 / sqrt(n): 0.06 / sqrt(n), about 0.02% of the rows at n = 1e5.
+_CLIP_BIAS_CONSTANT = 0.06
 # Per-window factor by which a clip is shrunk when almost nothing was clipped.
-_CLIP_SHRINK = 0.25
+_CLIP_SHRINK = 0.5
 # A window's estimate moves the clip only when it differs from the target by this many of its
 # standard errors (the counts carry the release's noise).
 _CLIP_EVIDENCE_SES = 2.0
+# Shrinking needs stronger evidence: too small a clip biases the posterior, too large a clip
+# only costs efficiency.
+_CLIP_SHRINK_EVIDENCE_SES = 3.0
+
+
+def clip_target_fraction(n_rows: float | None) -> float:
+    """Clipped fraction a found clip aims at: ``min(0.002, 0.06 / sqrt(n))``.
+
+    The bias clipping adds to a posterior mean, in posterior sds, grows like the clipped
+    fraction times ``sqrt(n)``, so the target shrinks with n. Without a public n (add/remove-one)
+    it is :data:`CLIP_TARGET_FRACTION`, which :class:`ClipAdapter` then reads as one clipped
+    row per release.
+    """
+    if n_rows is None:
+        return CLIP_TARGET_FRACTION
+    return min(CLIP_TARGET_FRACTION, _CLIP_BIAS_CONSTANT / math.sqrt(n_rows))
+
+
+def starting_clip(n_rows: float | None, target_fraction: float = CLIP_TARGET_FRACTION) -> float:
+    """Starting constant of a metric clip found by :class:`ClipAdapter`.
+
+    In the metric of a proposal shaped like the posterior covariance, a row's log-likelihood
+    ratio per unit of whitened step is about its whitened score, whose sd is ``1 / sqrt(n)``
+    (the rows' scores add up to the posterior precision); a Gaussian tail then clips
+    ``target_fraction`` at ``Phi^-1(1 - target / 2) / sqrt(n)``. ``n`` is public only under
+    substitute-one neighbours: without it (``None``) the start is 1.
+    """
+    if n_rows is None:
+        return 1.0
+    return float(-ndtri(target_fraction / 2.0) / math.sqrt(n_rows))
 
 
 @dataclass
@@ -247,12 +284,14 @@ class ClipAdapter:
 
     Every penalty step releases a noisy count of the rows it clipped (``dp_clipped_count``,
     charged to the ledger), so adapting the clip from those counts is post-processing and
-    costs nothing more. At the end of each window (doubling, like the proposal's) the window's
-    mean count estimates the clipped fraction ``f``; modelling a row's ratio over the bound as
-    Gaussian, ``f = 2 Phi(-c / tau)``, the clip moves to the constant that clips the target
-    fraction, ``c Phi^-1(target / 2) / Phi^-1(f / 2)``. A window whose estimate is within two
-    standard errors (from the count noise) of the target leaves the clip alone; one that saw
-    almost no clipping shrinks it by 4. Without a public n (add/remove-one) the clip doubles or
+    costs nothing more. At the end of each window (of ``window`` releases, each ``growth``
+    times longer than the last) the window's mean count estimates the clipped fraction ``f``;
+    modelling a row's ratio over the bound as Gaussian, ``f = 2 Phi(-c / tau)``, the clip moves
+    to the constant that clips the target fraction, ``c Phi^-1(target / 2) / Phi^-1(f / 2)``,
+    shrinking by at most half per window. The evidence needed is asymmetric: a window whose
+    estimate lies within two standard errors (from the count noise) above the target, or
+    three below it, leaves the clip alone, since too small a clip biases the posterior while
+    too large a one only adds noise. Without a public n (add/remove-one) the clip doubles or
     halves toward one clipped row per release, and the step halves (on the log scale) each
     time the direction reverses, a bisection that settles between two doublings.
 
@@ -271,6 +310,8 @@ class ClipAdapter:
         Length of the first window (``>= 1``).
     target_fraction : float
         Clipped fraction to aim at, in ``(0, 0.5)``.
+    growth : int
+        Factor by which each window is longer than the last (1: fixed windows).
     """
 
     log_clip: float
@@ -278,6 +319,7 @@ class ClipAdapter:
     count_noise_sd: float
     window: int
     target_fraction: float = CLIP_TARGET_FRACTION
+    growth: int = 2
     t_window: int = 0
     sum_counts: float = 0.0
     log_step: float = math.log(2.0)
@@ -292,18 +334,31 @@ class ClipAdapter:
         count_noise_sd: float,
         window: int,
         target_fraction: float = CLIP_TARGET_FRACTION,
+        growth: int = 2,
     ) -> ClipAdapter:
         """Build the adapter (arguments as in the class docstring)."""
         if not (math.isfinite(clip) and clip > 0):
             raise ValueError("`clip` must be a finite positive number.")
         if not 0.0 < target_fraction < 0.5:
             raise ValueError("`target_fraction` must lie in (0, 0.5).")
-        return cls(math.log(clip), n_rows, float(count_noise_sd), int(window), target_fraction)
+        if int(growth) < 1:
+            raise ValueError("`growth` must be a positive integer.")
+        return cls(
+            math.log(clip), n_rows, float(count_noise_sd), int(window), target_fraction, int(growth)
+        )
 
     @property
     def clip(self) -> float:
         """Current clip constant."""
         return math.exp(self.log_clip)
+
+    def rescale(self, factor: float) -> None:
+        """Multiply the clip by ``factor`` (the proposal's metric changed by that scale) and
+        restart the window: its counts were made under the old metric."""
+        if math.isfinite(factor) and factor > 0:
+            self.log_clip += math.log(factor)
+        self.t_window = 0
+        self.sum_counts = 0.0
 
     def update(self, noisy_count: float, count_noise_sd: float | None = None) -> None:
         """Record one tuning release's noisy clipped count (and its noise sd if it changed)."""
@@ -320,10 +375,11 @@ class ClipAdapter:
         estimate = self.sum_counts / m / scale
         se = self.count_noise_sd / math.sqrt(m) / scale
         target = self.target_fraction
-        self.window *= 2
+        self.window *= self.growth
         self.t_window = 0
         self.sum_counts = 0.0
-        if not math.isfinite(se) or abs(estimate - target) <= _CLIP_EVIDENCE_SES * se:
+        evidence = _CLIP_EVIDENCE_SES if estimate > target else _CLIP_SHRINK_EVIDENCE_SES
+        if not math.isfinite(se) or abs(estimate - target) <= evidence * se:
             self.history.append(self.clip)
             return
         if self.n_rows is None:
@@ -338,6 +394,6 @@ class ClipAdapter:
             factor = _CLIP_SHRINK
         else:
             f = min(estimate, 0.9)
-            factor = float(ndtri(target / 2.0) / ndtri(f / 2.0))
+            factor = max(float(ndtri(target / 2.0) / ndtri(f / 2.0)), _CLIP_SHRINK)
         self.log_clip += math.log(factor)
         self.history.append(self.clip)

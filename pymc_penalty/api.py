@@ -19,6 +19,7 @@ import pymc as pm
 
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
+from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
 from pymc_penalty.forecast import UtilityWarning, forecast_run
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
@@ -180,7 +181,26 @@ def _finalize(
     report.update(extra or {})
     if model is None:
         model = getattr(step, "_model", None)
-    return attach_report(idata, report, model=model, keep_data=keep_data)
+    idata = attach_report(idata, report, model=model, keep_data=keep_data)
+    _verdict_after_sampling(idata)
+    return idata
+
+
+def _verdict_after_sampling(idata: az.InferenceData) -> None:
+    """Attach the convergence verdict (released draws only) and warn when it is bad."""
+    verdict = convergence_verdict(idata)
+    idata.attrs.update(verdict)
+    if verdict["dp_convergence"] == "unconverged":
+        warnings.warn(
+            f"The private chains have not converged: largest R-hat "
+            f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "
+            f"{verdict['dp_ess_bulk_min']:.3g} (want >= {ESS_MIN:g}). Do not report these "
+            "draws as the posterior: the budget was too small for this model and n (see the "
+            "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
+            "docs/choosing-parameters.md.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
 
 
 def finalize(
@@ -243,6 +263,15 @@ def finalize(
     return _finalize(idata, step, callback=callback, model=model)
 
 
+def _warm_start_clip(clip: float | str, d: int, warm_start_clip: float | None) -> float:
+    """The warm start's gradient clip: ``warm_start_clip`` if given, else ``clip * sqrt(d)``
+    (``1 * sqrt(d)`` when the chain's clip is found in tuning, which comes after)."""
+    if warm_start_clip is not None:
+        return float(warm_start_clip)
+    base = 1.0 if isinstance(clip, str) else float(clip)
+    return base * math.sqrt(d)
+
+
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
     return {
         "dp_warm_start_share": float(share) if warm is not None else 0.0,
@@ -282,8 +311,8 @@ def sample(
     tune: int = 1000,
     chains: int = 4,
     neighbours: str = "substitute",
-    clip: float = 1.0,
-    clip_mode: str = "distance",
+    clip: float | str = "auto",
+    clip_mode: str = "metric",
     clip_count_share: float = 0.05,
     warm_start: float = 0.0,
     warm_start_clip: float | None = None,
@@ -309,11 +338,19 @@ def sample(
     draws, tune, chains : int
         As in ``pm.sample``; tuning steps and every chain are paid for.
     neighbours : {"substitute", "add_remove"}
-    clip : float
-        Clip constant of the per-datapoint log-likelihood ratios.
-    clip_mode : {"distance", "metric", "constant"}
+    clip : float or "auto", default "auto"
+        Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
+        tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
+        of the rows clipped, so that clipping biases the posterior by well under its sd; no
+        extra cost; under add/remove-one, where n is private, at one row per release), and
+        the value each chain used is in ``sample_stats["dp_clip"]``.
+    clip_mode : {"metric", "distance", "constant", "lipschitz"}, default "metric"
+        ``"metric"``: the bound is ``clip * ||L^-1 (theta' - theta)||_2`` in the proposal's
+        own metric (``L`` its Cholesky factor: public), so one constant fits every direction.
+        ``"distance"``: ``clip * ||theta' - theta||_2``; ``"constant"``: ``clip``.
     clip_count_share : float
-        Share of each step's privacy spent on the noisy clipped-datapoint count.
+        Share of each step's privacy spent on the noisy clipped-datapoint count (with
+        ``clip="auto"`` it must be positive: the clip is found from these counts).
     warm_start : float, default 0
         Share, in ``[0, 1)``, of the budget's ``mu^2`` (of what the ledger has left) spent on
         a private estimate of the posterior mode and covariance
@@ -326,7 +363,7 @@ def sample(
         L2 clip of each per-datapoint log-likelihood gradient in the warm start (on the
         unconstrained space). Defaults to ``clip * sqrt(d)`` (``d`` unconstrained
         parameters): the gradient norm at which a random direction's derivative is
-        typically ``clip``.
+        typically ``clip``; ``sqrt(d)`` with ``clip="auto"``.
     warm_start_steps : int, default 8
         Fisher-scoring steps of the warm start (two releases each).
     ledger_path : path, optional
@@ -388,7 +425,7 @@ def sample(
                 model,
                 mu=float(np.sqrt(available * warm_start)),
                 ledger=ledger,
-                clip=clip * math.sqrt(d) if warm_start_clip is None else float(warm_start_clip),
+                clip=_warm_start_clip(clip, d, warm_start_clip),
                 steps=int(warm_start_steps),
                 neighbours=neighbours,
                 noise_rng=noise_rng,

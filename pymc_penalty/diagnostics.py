@@ -28,14 +28,60 @@ from pymc_penalty.accounting import gdp_epsilon
 from pymc_penalty.report import DATA_GROUPS
 
 __all__ = [
+    "ESS_MIN",
+    "R_HAT_MAX",
+    "ConvergenceWarning",
     "EpsilonCurve",
     "PrivateSummary",
+    "convergence_verdict",
     "epsilon_curve",
     "plot_epsilon",
     "plot_privacy",
     "privacy_report",
     "summary",
 ]
+
+
+class ConvergenceWarning(UserWarning):
+    """The released chains have not converged (after sampling; see
+    :func:`convergence_verdict`). The forecast before sampling warns with
+    :class:`~pymc_penalty.UtilityWarning` instead."""
+
+
+#: Largest rank-normalised split R-hat of a converged run (Vehtari et al. 2021).
+R_HAT_MAX = 1.01
+#: Smallest bulk effective sample size of a converged run (over all chains).
+ESS_MIN = 100.0
+
+
+def convergence_verdict(idata: az.InferenceData) -> dict[str, Any]:
+    """The convergence verdict of a released chain: post-processing, no data read.
+
+    Returns ``dp_r_hat_max`` (largest R-hat over the posterior's scalar components, NaN with
+    one chain), ``dp_ess_bulk_min`` (smallest bulk ESS) and ``dp_convergence``:
+    ``"converged"`` when R-hat <= 1.01 (or one chain) and bulk ESS >= 100, ``"unconverged"``
+    otherwise, ``"unknown"`` without posterior draws. These are flat ``attrs`` entries, so
+    the InferenceData still writes to netCDF.
+    """
+    post = idata.posterior if "posterior" in idata.groups() else None
+    if post is None or not post.data_vars or post.sizes.get("draw", 0) < 4:
+        return {"dp_r_hat_max": math.nan, "dp_ess_bulk_min": math.nan, "dp_convergence": "unknown"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ess = az.ess(post, method="bulk")
+        rhat = az.rhat(post) if post.sizes.get("chain", 1) > 1 else None
+    ess_min = min(float(np.nanmin(v.values)) for v in ess.data_vars.values())
+    rhat_max = (
+        math.nan
+        if rhat is None
+        else max(float(np.nanmax(v.values)) for v in rhat.data_vars.values())
+    )
+    good = ess_min >= ESS_MIN and (math.isnan(rhat_max) or rhat_max <= R_HAT_MAX)
+    return {
+        "dp_r_hat_max": rhat_max,
+        "dp_ess_bulk_min": ess_min,
+        "dp_convergence": "converged" if good else "unconverged",
+    }
 
 
 def privacy_report(idata: az.InferenceData) -> dict[str, Any]:

@@ -103,6 +103,11 @@ def _describe_sensitivity(step: Any) -> str:
         "lipschitz": " * ||theta' - theta||_1",
     }
     mode = step.clip_mode.value
+    if getattr(step, "clip_auto", False):
+        return (
+            f"clip {mode}: B = c" + norm.get(mode, "") + ", c found in tuning from the released "
+            "clipped counts (per chain: sample_stats['dp_clip'])"
+        )
     return f"clip {mode}: B = {step.clip:g}" + norm.get(mode, "")
 
 

@@ -23,7 +23,14 @@ from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalPropo
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
-from pymc_penalty.adaptation import ADAPT_MODES, PROPOSAL_KINDS, ProposalAdapter
+from pymc_penalty.adaptation import (
+    ADAPT_MODES,
+    PROPOSAL_KINDS,
+    ClipAdapter,
+    ProposalAdapter,
+    clip_target_fraction,
+    starting_clip,
+)
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
     PenaltyDecision,
@@ -154,6 +161,10 @@ def _check_budget_ledger(ledger: Any, budget: PrivacyBudget) -> None:
         )
 
 
+#: Sample statistic holding the clip constant when it is found in tuning (``clip="auto"``).
+CLIP_STAT = "dp_clip"
+
+
 def declare_proposal_stat(step: Any, size: int) -> None:
     """Give the step's ``proposal`` statistic its length (the raveled parameter size).
 
@@ -169,6 +180,15 @@ def declare_proposal_stat(step: Any, size: int) -> None:
     step.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
 
 
+def declare_clip_stat(step: Any) -> None:
+    """Add the ``dp_clip`` statistic: the clip constant in force at each step (public, found
+    from released counts), so the tuned value is in the trace of every chain and process."""
+    shapes = dict(step.stats_dtypes_shapes)
+    shapes[CLIP_STAT] = (np.float64, [])
+    step.stats_dtypes_shapes = shapes
+    step.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
+
+
 @dataclass_state
 class PenaltyMetropolisState(StepMethodState):
     """Sampling state of :class:`PenaltyMetropolis` (privacy noise is deliberately absent)."""
@@ -176,6 +196,16 @@ class PenaltyMetropolisState(StepMethodState):
     adapter: ProposalAdapter
     tune: bool
     _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
+
+
+@dataclass_state
+class ClippedPenaltyState(PenaltyMetropolisState):
+    """Sampling state of a clipping penalty step: the proposal's, plus the clip and its
+    adaptation (``clip="auto"``)."""
+
+    clip: float | None
+    clip_adapter: ClipAdapter | None
+    _untuned_clip_adapter: ClipAdapter | None = field(metadata={"frozen": False})
 
 
 class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
@@ -314,7 +344,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         # instance by `declare_proposal_stat`): data-independent, for waste recycling.
         PROPOSAL_STAT: (object, [None]),
     }
-    _state_class = PenaltyMetropolisState
+    _state_class = ClippedPenaltyState
     # (index, count) to release per-segment clipped sums; set by the owners variant.
     _segments: tuple[np.ndarray, int] | None = None
 
@@ -332,7 +362,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         plan: RunPlan | None = None,
         noise_sd: float | None = None,
         mu: float | None = None,
-        clip: float | None = 1.0,
+        clip: float | str | None = 1.0,
         clip_mode: str = "distance",
         neighbours: str = "substitute",
         adapt: str = "full",
@@ -359,7 +389,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
         _check_positive("noise_sd", noise_sd, allow_none=True)
         _check_positive("mu", mu, allow_none=True)
-        _check_positive("clip", clip, allow_none=True)
+        clip_auto = isinstance(clip, str) and clip == "auto"
+        if not clip_auto:
+            _check_positive("clip", clip, allow_none=True)
         _check_positive("scaling", scaling)
         if mu is not None and clip is None:
             raise ValueError("`mu` needs a finite `clip`: with clip=None the sensitivity is inf.")
@@ -372,6 +404,16 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             _check_budget_ledger(ledger, budget)
         if not 0.0 <= float(clip_count_share) < 1.0:
             raise ValueError("`clip_count_share` must be in [0, 1).")
+        if clip_auto and float(clip_count_share) == 0.0:
+            raise ValueError(
+                "clip='auto' needs `clip_count_share` in (0, 1): the clip is found from the "
+                "released clipped counts."
+            )
+        if clip_auto and ClipMode.parse(clip_mode) is ClipMode.LIPSCHITZ:
+            raise ValueError(
+                "clip='auto' cannot be combined with clip_mode='lipschitz', where `clip` is a "
+                "declared bound; use clip_mode='metric' or 'distance'."
+            )
         if not 0.0 < float(target_accept) < 1.0:
             raise ValueError("`target_accept` must be in (0, 1).")
         if int(tune_interval) < 1:
@@ -418,7 +460,12 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self.neighbours = Neighbours.parse(neighbours)
         self.clip_mode = ClipMode.parse(clip_mode)
         self.noise_sd = None if noise_sd is None else float(noise_sd)
+        n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
+        if clip_auto:
+            clip = starting_clip(n_public, clip_target_fraction(n_public))
         self.clip = None if clip is None else float(clip)
+        #: True when the clip constant is found in tuning from the released clipped counts.
+        self.clip_auto = clip_auto
         self.clip_count_share = float(clip_count_share)
         self.reproducible_noise = bool(reproducible_noise)
         # The model (already held by PyMC's own constructor arguments): finalize's default.
@@ -484,6 +531,18 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         )
         self.adapter = adapter
         self._untuned_adapter = deepcopy(adapter)
+        self.clip_adapter: ClipAdapter | None = None
+        if clip_auto and tune:
+            self.clip_adapter = ClipAdapter.create(
+                self.clip,
+                n_public,
+                math.inf,
+                max(int(tune_interval) // 2, 1),
+                target_fraction=clip_target_fraction(n_public),
+                growth=1,  # short fixed windows; each change of the proposal's metric restarts one
+            )
+        self._untuned_clip_adapter = deepcopy(self.clip_adapter)
+        self._clip_chol = adapter.chol
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments
         )
@@ -493,6 +552,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)
+        if clip_auto:
+            declare_clip_stat(self)
 
     # --- the step ------------------------------------------------------------------------
 
@@ -563,6 +624,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             "dp_mu": step_mu,
             PROPOSAL_STAT: x1.copy(),
         }
+        if self.clip_auto:
+            stats[CLIP_STAT] = self.clip
 
         key = x0.tobytes()
         if self._cache_key != key:
@@ -589,6 +652,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
 
         x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
+        if self.tune and self.clip_adapter is not None:
+            self._adapt_clip(clipped_count, count_sd)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
@@ -597,6 +662,29 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             dp_released=True,
         )
         return RaveledVars(x_new, q0.point_map_info), [stats]
+
+    def _adapt_clip(self, clipped_count: float, count_sd: float) -> None:
+        """Tuning: move the clip from the released (noisy) count, then follow the proposal's
+        metric when its Cholesky factor changed (a row's ratio per whitened step scales with
+        the factor's geometric mean). Post-processing of released values only."""
+        clip_adapter = self.clip_adapter
+        clip_adapter.update(clipped_count, count_sd)
+        chol = self.adapter.chol
+        if chol is not self._clip_chol:
+            d = chol.shape[0]
+            old = float(np.log(np.abs(np.diag(self._clip_chol))).sum())
+            new = float(np.log(np.abs(np.diag(chol))).sum())
+            clip_adapter.rescale(math.exp((new - old) / d))
+            self._clip_chol = chol
+        self.clip = clip_adapter.clip
+
+    def reset_tuning(self) -> None:
+        """Restore the proposal and, with ``clip="auto"``, the clip to their untuned state."""
+        super().reset_tuning()
+        if self._untuned_clip_adapter is not None:
+            self.clip_adapter = deepcopy(self._untuned_clip_adapter)
+            self.clip = self.clip_adapter.clip
+        self._clip_chol = self.adapter.chol
 
     def _public_fraction(self, clipped_count: float, n: int) -> float:
         """The released clipped count as a fraction of the datapoints, where that count is
