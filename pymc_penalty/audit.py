@@ -639,9 +639,10 @@ def audit_releases(
 class _FixedProposal:
     """Stands in for a step's proposal adapter: always proposes the same point, adapts nothing."""
 
-    def __init__(self, x1: np.ndarray, scaling: float) -> None:
+    def __init__(self, x1: np.ndarray, scaling: float, chol: np.ndarray | None = None) -> None:
         self._x1 = x1
         self.scaling = scaling
+        self.chol = chol  # the replaced adapter's metric (public), for clip_mode="metric"
 
     def propose(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
         return self._x1.copy()
@@ -657,7 +658,8 @@ class _FixedProposal:
 def _forced(step: Any, x1: np.ndarray) -> Iterator[None]:
     """Make every ``step.astep`` propose ``x1``, outside the step's ledger, without tuning."""
     saved = {name: getattr(step, name) for name in ("adapter", "tune", "ledger")}
-    step.adapter = _FixedProposal(x1, float(saved["adapter"].scaling))
+    adapter = saved["adapter"]
+    step.adapter = _FixedProposal(x1, float(adapter.scaling), getattr(adapter, "chol", None))
     step.tune = False
     step.ledger = None
     try:
