@@ -58,8 +58,8 @@ def test_location_bound_holds_and_is_tight_on_a_dense_grid(kind, rate):
     model = LocationModel(sigma=2.0, density=g)
     domain = RecordDomain(y=(-30.0, 25.0))
     bound = certified_bound(model, rate, domain, kind=kind).clip
-    ys = np.linspace(-30.0, 25.0, 1101)
-    mus = np.linspace(-200.0, 200.0, 40_001)  # theta far outside the record domain too
+    ys = np.linspace(-30.0, 25.0, 551)
+    mus = np.linspace(-200.0, 200.0, 16_001)  # theta far outside the record domain too
     g_pdf = stats.t.pdf((ys - 1.0) / 10.0, 3) / 10.0
     logf = _gauss_fp(ys[None, :], mus[:, None], 2.0, rate, g_pdf[None, :])
     sup = _grid_sup(kind, logf, mus)
@@ -75,13 +75,13 @@ def test_regression_bound_with_a_covariate_shifted_g_holds_on_a_grid(kind):
     domain = RecordDomain(y=(-10.0, 10.0), x_radius=1.0)
     bound = certified_bound(model, rate, domain, kind=kind).clip
     rng = np.random.default_rng(3)
-    u = rng.standard_normal((200, 2))
-    xs = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.random((200, 1)) ** 0.5
-    ys = np.linspace(-10.0, 10.0, 401)
+    u = rng.standard_normal((40, 2))
+    xs = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.random((40, 1)) ** 0.5
+    ys = np.linspace(-10.0, 10.0, 201)
     sup = 0.0
     for x in xs:
         loc = beta[0] + x @ beta[1:]
-        mus = np.linspace(-60.0, 60.0, 6001)  # mu = x^T theta for any theta
+        mus = np.linspace(-60.0, 60.0, 3001)  # mu = x^T theta for any theta
         logf = _gauss_fp(
             ys[None, :],
             mus[:, None],
