@@ -331,7 +331,10 @@ def certified_step(
         over 1000 steps its noise froze every chain measured (``benchmarks/contamination.py``).
     pymc_model : pm.Model, optional
         The PyMC model (default: the context's). Every observed variable must come from
-        :func:`contaminated_likelihood` with the same ``rate`` and g.
+        :func:`contaminated_likelihood` with the same ``rate`` and g. The bound is derived for
+        ``model`` (its f, its fixed sd, a coefficient vector with a Normal prior): a PyMC
+        model that differs (a free sd, a transformed coefficient) stays private, since the
+        step clips at the bound, but its chain may clip and be biased.
     **step_kwargs
         Passed to :class:`~pymc_penalty.PenaltyMetropolis` (``epsilon``, ``delta``,
         ``plan``, ``neighbours``...); ``clip`` and ``clip_mode`` are set here.
