@@ -108,8 +108,32 @@ def check_utility(res: dict) -> None:
     assert pen[-1][1]["mean_err_sd"] < 5.0
 
 
+def check_contamination(res: dict) -> None:
+    assert len(res) == 3, "three models"
+    for model, by_eps in res.items():
+        for eps, rows in by_eps.items():
+            assert set(rows) == {"certified-constant", "certified-lipschitz", "clipped"}
+            for method, row in rows.items():
+                for ref in ("contam", "plain"):
+                    # RMS over repeats is at least the bias (Jensen), both finite.
+                    assert _positive(row[f"rms_{ref}"]), (model, method)
+                    assert row[f"bias_{ref}"] <= row[f"rms_{ref}"] * (1 + 1e-12), (model, method)
+                assert 0.0 <= row["accept"] <= 1.0
+            # The constant bound does not shrink with the step: its noise freezes the chain.
+            assert rows["certified-constant"]["accept"] < 0.05, (model, eps)
+            assert 0.05 < rows["certified-lipschitz"]["accept"] < 0.6, (model, eps)
+            # Certified chains clip no record of the domain: the released (noisy) clipped
+            # fraction averages near 0 (its mean over 1000 steps has sd below 0.02).
+            for method in ("certified-constant", "certified-lipschitz"):
+                assert abs(rows[method]["clipped"]) < 0.08, (model, method)
+    # Ordinary clipping at 1 clips the Gaussian location model's rows with |y - theta| > 1.
+    for eps, rows in res["location (n=1000)"].items():
+        assert rows["clipped"]["clipped"] > 0.15, eps
+
+
 CHECKS = {
     "accounting": check_accounting,
+    "contamination": check_contamination,
     "utility": check_utility,
     "expfam": check_expfam,
     "recycling": check_recycling,

@@ -6,8 +6,16 @@ heavy-tailed density g (:func:`contaminate`); inference uses the contaminated li
 (:func:`sample_contaminated`). Its (epsilon, delta) is *estimated* on synthetic data by the
 paper's Algorithm 1 (:func:`estimate_privacy`): an average-case, asymptotic, empirical figure,
 kept apart from the certified Gaussian-DP ledger of the penalty algorithm.
+:func:`certified_step` combines the two: the penalty step on the contaminated likelihood,
+clipped at a bound derived from (p, g, f) (:func:`certified_bound`), with the ledger's
+certified guarantee.
 """
 
+from pymc_penalty.contamination.certified import (
+    CertifiedBound,
+    certified_bound,
+    certified_step,
+)
 from pymc_penalty.contamination.densities import (
     BernoulliContamination,
     ContaminationDensity,
@@ -33,6 +41,7 @@ from pymc_penalty.contamination.release import netcdf_safe, sample_contaminated
 
 __all__ = [
     "BernoulliContamination",
+    "CertifiedBound",
     "ContaminationDensity",
     "ContaminationModel",
     "EmpiricalPrivacy",
@@ -43,6 +52,8 @@ __all__ = [
     "RecordDomain",
     "StudentTContamination",
     "TruncatedStudentT",
+    "certified_bound",
+    "certified_step",
     "contaminate",
     "contaminated_likelihood",
     "estimate_privacy",
