@@ -34,6 +34,7 @@ __all__ = [
     "PROPOSAL_KINDS",
     "ClipAdapter",
     "ProposalAdapter",
+    "RW_SCALE",
     "clip_target_fraction",
     "starting_clip",
 ]
@@ -218,7 +219,7 @@ class ProposalAdapter:
                 # Scale-free: the variances themselves are kept.
                 weight = self.pool_moves / (self.pool_moves + _PRIOR_MOVES_PER_DIM * d)
                 cov = weight * cov + (1.0 - weight) * np.diag(var)
-            cov = cov * (2.38**2 / d)
+            cov = cov * (RW_SCALE**2 / d)
             jitter = 1e-10 * max(float(np.max(np.diag(cov))), 1e-300)
             try:
                 chol = np.linalg.cholesky(cov + jitter * np.eye(d))
@@ -234,6 +235,9 @@ class ProposalAdapter:
         self.sum_xx[:] = 0.0
 
 
+#: Random-walk scale: a tuned proposal's covariance is ``RW_SCALE^2 / d`` times the chain's.
+RW_SCALE = 2.38
+
 #: Largest clipped fraction the clip adaptation aims at (0.2% of the rows per release).
 CLIP_TARGET_FRACTION = 0.002
 # Clipping biases the posterior mean by about (clipped fraction) * sqrt(n) posterior sds times
@@ -246,9 +250,8 @@ _CLIP_SHRINK = 0.5
 # A window's estimate moves the clip only when it differs from the target by this many of its
 # standard errors (the counts carry the release's noise).
 _CLIP_EVIDENCE_SES = 2.0
-# Shrinking needs stronger evidence: too small a clip biases the posterior, too large a clip
-# only costs efficiency.
-_CLIP_SHRINK_EVIDENCE_SES = 3.0
+# Largest per-window growth of the clip (the Gaussian-tail rule overshoots from far below).
+_CLIP_GROW = 4.0
 
 
 def clip_target_fraction(n_rows: float | None) -> float:
@@ -287,11 +290,11 @@ class ClipAdapter:
     costs nothing more. At the end of each window (of ``window`` releases, each ``growth``
     times longer than the last) the window's mean count estimates the clipped fraction ``f``;
     modelling a row's ratio over the bound as Gaussian, ``f = 2 Phi(-c / tau)``, the clip moves
-    to the constant that clips the target fraction, ``c Phi^-1(target / 2) / Phi^-1(f / 2)``,
-    shrinking by at most half per window. The evidence needed is asymmetric: a window whose
-    estimate lies within two standard errors (from the count noise) above the target, or
-    three below it, leaves the clip alone, since too small a clip biases the posterior while
-    too large a one only adds noise. Without a public n (add/remove-one) the clip doubles or
+    to the constant that clips the aimed fraction ``a``, ``c Phi^-1(a / 2) / Phi^-1(f / 2)``,
+    moving by a factor between 1/2 and 4 per window. The aim is the target or, when the counts
+    are too noisy to resolve it, two standard errors of the window's mean (the smallest
+    fraction they can tell from zero): a window whose estimate lies within two standard errors
+    of the aim leaves the clip alone. Without a public n (add/remove-one) the clip doubles or
     halves toward one clipped row per release, and the step halves (on the log scale) each
     time the direction reverses, a bisection that settles between two doublings.
 
@@ -378,11 +381,13 @@ class ClipAdapter:
         self.window *= self.growth
         self.t_window = 0
         self.sum_counts = 0.0
-        evidence = _CLIP_EVIDENCE_SES if estimate > target else _CLIP_SHRINK_EVIDENCE_SES
-        if not math.isfinite(se) or abs(estimate - target) <= evidence * se:
+        if not math.isfinite(se):
             self.history.append(self.clip)
             return
         if self.n_rows is None:
+            if abs(estimate - target) <= _CLIP_EVIDENCE_SES * se:
+                self.history.append(self.clip)
+                return
             # Without n the fraction is unknown: bisect (on the log scale) toward one row per
             # release, halving the step whenever the direction reverses.
             direction = 1 if estimate > target else -1
@@ -390,10 +395,18 @@ class ClipAdapter:
                 self.log_step /= 2.0
             self.last_direction = direction
             factor = math.exp(direction * self.log_step)
-        elif estimate <= target / 20.0:
-            factor = _CLIP_SHRINK
         else:
-            f = min(estimate, 0.9)
-            factor = max(float(ndtri(target / 2.0) / ndtri(f / 2.0)), _CLIP_SHRINK)
+            # The counts cannot resolve a fraction below about two of their standard errors:
+            # aim at the target or at that resolution, whichever is larger.
+            aim = min(max(target, _CLIP_EVIDENCE_SES * se), 0.25)
+            if abs(estimate - aim) <= _CLIP_EVIDENCE_SES * se:
+                self.history.append(self.clip)
+                return
+            if estimate <= aim / 20.0:
+                factor = _CLIP_SHRINK
+            else:
+                f = min(estimate, 0.9)
+                factor = float(ndtri(aim / 2.0) / ndtri(f / 2.0))
+            factor = min(max(factor, _CLIP_SHRINK), _CLIP_GROW)
         self.log_clip += math.log(factor)
         self.history.append(self.clip)

@@ -341,7 +341,7 @@ def sample(
     clip : float or "auto", default "auto"
         Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
         tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
-        of the rows clipped, so that clipping biases the posterior by well under its sd; no
+        of the rows clipped, or the smallest fraction the noisy counts resolve; no
         extra cost; under add/remove-one, where n is private, at one row per release), and
         the value each chain used is in ``sample_stats["dp_clip"]``.
     clip_mode : {"metric", "distance", "constant", "lipschitz"}, default "metric"

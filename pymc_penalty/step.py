@@ -665,8 +665,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
     def _adapt_clip(self, clipped_count: float, count_sd: float) -> None:
         """Tuning: move the clip from the released (noisy) count, then follow the proposal's
-        metric when its Cholesky factor changed (a row's ratio per whitened step scales with
-        the factor's geometric mean). Post-processing of released values only."""
+        metric when its Cholesky factor was re-estimated (a row's ratio per whitened step
+        scales with the factor's geometric mean). Post-processing of released values only."""
         clip_adapter = self.clip_adapter
         clip_adapter.update(clipped_count, count_sd)
         chol = self.adapter.chol
