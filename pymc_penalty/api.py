@@ -25,6 +25,7 @@ from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.validation import check_sample_arguments
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
@@ -351,6 +352,9 @@ def sample(
     PrivateSamplingError
         If ``pm.sample`` fails; its ``privacy_report`` says what was spent.
     """
+    # Every argument, before a ledger is opened or anything compiled (the data are checked
+    # by the step and the warm start, after the model gate).
+    check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(

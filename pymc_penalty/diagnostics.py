@@ -26,6 +26,7 @@ import xarray as xr
 
 from pymc_penalty.accounting import gdp_epsilon
 from pymc_penalty.report import DATA_GROUPS
+from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
     "EpsilonCurve",
@@ -131,10 +132,10 @@ def epsilon_curve(
     -------
     EpsilonCurve
     """
+    check_integer("max_points", max_points, low=2)
     if delta is None:
         delta = float(privacy_report(idata)["dp_delta"])
-    if int(max_points) < 2:
-        raise ValueError("`max_points` must be an integer >= 2.")
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     stats = _stats(idata)
     if "dp_mu" not in stats:
         raise ValueError("`idata.sample_stats` has no `dp_mu`: not a penalty-step result.")
