@@ -20,11 +20,13 @@ from pymc_penalty.contamination import (
 )
 from pymc_penalty.diagnostics import epsilon_curve, plot_epsilon, plot_privacy
 from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
+from pymc_penalty.interrupts import SamplingInterrupted
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
 
 __all__ = [
     "AuditResult",
@@ -32,6 +34,8 @@ __all__ = [
     "BudgetExhausted",
     "EmpiricalPrivacy",
     "FrozenChainWarning",
+    "InvalidArgumentError",
+    "InvalidDataError",
     "ModelNotPrivateError",
     "NotPrivateWarning",
     "PenaltyMetropolis",
@@ -41,6 +45,7 @@ __all__ = [
     "PrivacyLedger",
     "PrivateSamplingError",
     "RunPlan",
+    "SamplingInterrupted",
     "StudentTContamination",
     "TruncatedStudentT",
     "UnpublishedResultWarning",

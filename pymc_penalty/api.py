@@ -20,6 +20,7 @@ import pymc as pm
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.forecast import UtilityWarning, forecast_run
+from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
@@ -433,7 +434,7 @@ def sample(
     warm_report.update(_forecast_before_spending(step, budget, plan, model))
 
     try:
-        with model:
+        with model, stop_on_interrupt() as interrupt:
             idata = pm.sample(
                 draws=plan.draws,
                 tune=plan.tune,
@@ -442,6 +443,10 @@ def sample(
                 callback=callback,
                 **pm_sample_kwargs,
             )
+    except interrupt:  # Ctrl-C: no further chain starts; say what was spent
+        report = {**_step_report(step, budget, callback, float("nan")), **warm_report}
+        message = interrupted_message(report, budget, ledger_path)
+        raise SamplingInterrupted(message, report) from None
     except Exception as exc:
         report = _step_report(step, budget, callback, float("nan"))
         report.update(warm_report)
