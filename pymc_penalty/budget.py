@@ -13,8 +13,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu, plan_releases
+from pymc_penalty.accounting import expected_acceptance, gdp_mu, plan_releases
 from pymc_penalty.accounting.calibration import CALIBRATION_MARGIN
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.sensitivity import ClipMode, Neighbours
 from pymc_penalty.validation import (
@@ -72,7 +73,7 @@ class PrivacyBudget:
         """Tight ``epsilon`` at this budget's ``delta`` for a spent ``mu``."""
         if mu_spent <= 0.0:
             return 0.0
-        return gdp_epsilon(self.delta, mu_spent)
+        return _gdp_epsilon(mu=mu_spent, delta=self.delta)
 
 
 @dataclass(frozen=True)
