@@ -25,6 +25,7 @@ from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
+from pymc_penalty.report_view import ReportView, report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
 
@@ -44,6 +45,7 @@ __all__ = [
     "PrivacyCallback",
     "PrivacyLedger",
     "PrivateSamplingError",
+    "ReportView",
     "RunPlan",
     "SamplingInterrupted",
     "StudentTContamination",
@@ -76,6 +78,7 @@ __all__ = [
     "recycled_mean",
     "recycled_summary",
     "recycled_terms",
+    "report",
     "sample",
     "sample_contaminated",
 ]
