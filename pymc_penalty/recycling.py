@@ -264,6 +264,8 @@ def recycled_terms(
             "step (this version or later) to record proposals."
         )
     stats = idata.sample_stats
+    if isinstance(var_names, str):
+        var_names = [var_names]  # one name, not its letters
     names = _default_names(idata, model) if var_names is None else list(var_names)
     if not names:
         raise ValueError("`var_names` is empty: nothing to recycle.")
@@ -318,6 +320,8 @@ def recycled_mean(
         Keyed by variable name (or ``fn``'s name).
     """
     model = sampled_model(idata, model)  # works outside the model's context
+    if isinstance(var_names, str):
+        var_names = [var_names]
     terms = recycled_terms(idata, var_names, fn, model, vars, fn_name=fn_name)
     if fn is None:
         plain = idata.posterior[list(terms.data_vars)]

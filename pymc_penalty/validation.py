@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CLIP_AUTO",
     "InvalidArgumentError",
     "NEIGHBOUR_NAMES",
     "InvalidDataError",
@@ -34,6 +35,7 @@ __all__ = [
     "check_choice",
     "check_clip",
     "check_integer",
+    "check_ledger",
     "check_model_data",
     "check_plan",
     "check_real",
@@ -133,6 +135,16 @@ def check_choice(name: str, value: Any, options: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in options:
         raise InvalidArgumentError(f"`{name}` must be one of {options}; {_got(value)}.")
     return value
+
+
+def check_ledger(ledger: Any, name: str = "ledger") -> Any:
+    """A privacy ledger: anything with ``try_spend`` (a :class:`~pymc_penalty.PrivacyLedger`)."""
+    if not callable(getattr(ledger, "try_spend", None)):
+        raise InvalidArgumentError(
+            f"`{name}` must be a pymc_penalty.PrivacyLedger (anything with try_spend); "
+            f"{_got(ledger)}."
+        )
+    return ledger
 
 
 def check_share(name: str, value: Any) -> float:
@@ -280,9 +292,12 @@ def check_sample_arguments(
     if "cores" in pm_sample_kwargs and pm_sample_kwargs["cores"] is not None:
         check_integer("cores", pm_sample_kwargs["cores"], low=1)
     seed = pm_sample_kwargs.get("random_seed")
-    if isinstance(seed, float | str | bool):
+    if isinstance(seed, float | str | bool | np.bool_) or (
+        isinstance(seed, numbers.Integral) and seed < 0
+    ):
         raise InvalidArgumentError(
-            f"`random_seed` must be an integer, a sequence of integers or None; {_got(seed)}."
+            "`random_seed` must be an integer >= 0, a sequence of them, a NumPy Generator or "
+            f"None; {_got(seed)}."
         )
 
 

@@ -46,6 +46,7 @@ from pymc_penalty.validation import (
     NEIGHBOUR_NAMES,
     check_choice,
     check_integer,
+    check_ledger,
     check_model_data,
     check_real,
 )
@@ -231,6 +232,7 @@ def private_warm_start(
     mu = check_real("mu", mu, low=0.0, low_open=True)
     clip = check_real("clip", clip, low=0.0, low_open=True)
     steps = check_integer("steps", steps, low=1)
+    check_ledger(ledger)
     check_choice("neighbours", getattr(neighbours, "value", neighbours), NEIGHBOUR_NAMES)
     factor = Neighbours.parse(neighbours).factor
     grad_sens = factor * clip

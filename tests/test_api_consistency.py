@@ -115,3 +115,7 @@ def test_recycled_mean_works_outside_the_model_context(idata, model):
     np.testing.assert_allclose(
         pp.recycled_mean(idata.copy(), model=model)["m"].mean, outside["m"].mean
     )
+
+
+def test_recycled_mean_takes_one_name_as_a_string(idata):
+    assert list(pp.recycled_mean(idata, "m")) == ["m"]

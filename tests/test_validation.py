@@ -125,6 +125,30 @@ def _warm(model, path, **bad):
     return private_warm_start(model, **kwargs)
 
 
+def _bernoulli_p(y: np.ndarray | None = None):
+    _, y0 = _data()
+    with pm.Model() as model:
+        p = pm.Beta("p", 1.0, 1.0)
+        pm.Bernoulli("y", p=p, observed=y0 if y is None else y)
+    return model
+
+
+def _bernoulli_p_123():
+    _, y = _data()
+    y = y.copy()
+    y[0] = 123
+    return _bernoulli_p(y)
+
+
+def _expfam(model, path, **bad):
+    from pymc_penalty.variants import ExpFamPenaltyMetropolis
+
+    kwargs = dict(mu=0.1, ledger=PrivacyLedger.open(path))
+    kwargs.update(bad)
+    with model:
+        return ExpFamPenaltyMetropolis(**kwargs)
+
+
 def _calibrate(model, path, **bad):
     kwargs = dict(available_mu=0.5, plan=RunPlan(5, 5, 1))
     kwargs.update(bad)
@@ -217,6 +241,7 @@ CASES: list[Case] = [
     ("sample-warm-steps", _sample, _logistic, dict(warm_start_steps=0), ARG, "warm_start_steps"),
     ("sample-cores-0", _sample, _logistic, dict(cores=0), ARG, "cores"),
     ("sample-seed-float", _sample, _logistic, dict(random_seed=1.5), ARG, "random_seed"),
+    ("sample-seed-negative", _sample, _logistic, dict(random_seed=-1), ARG, "random_seed"),
     ("sample-keep-data", _sample, _logistic, dict(keep_data="no"), ARG, "keep_data"),
     ("sample-ledger-path", _sample, _logistic, dict(ledger_path=3), ARG, "ledger_path"),
     ("sample-step-kwargs", _sample, _logistic, dict(step_kwargs=[1]), ARG, "step_kwargs"),
@@ -239,11 +264,16 @@ CASES: list[Case] = [
     ("step-tune-interval", _step, _logistic, dict(tune_interval=0.5), ARG, "tune_interval"),
     ("step-bernoulli-123", _step, _bernoulli_123, {}, DATA, "y"),
     ("step-nan-covariate", _step, _nan_covariate, {}, DATA, "y"),
+    # ExpFamPenaltyMetropolis
+    ("expfam-mu-str", _expfam, _bernoulli_p, dict(mu="0.1"), ARG, "mu"),
+    ("expfam-target-accept", _expfam, _bernoulli_p, dict(target_accept=0.0), ARG, "target_accept"),
+    ("expfam-bernoulli-123", _expfam, _bernoulli_p_123, {}, DATA, "y"),
     # private_warm_start
     ("warm-mu-0", _warm, _logistic, dict(mu=0.0), ARG, "mu"),
     ("warm-clip-str", _warm, _logistic, dict(clip="1"), ARG, "clip"),
     ("warm-steps-float", _warm, _logistic, dict(steps=2.5), ARG, "steps"),
     ("warm-neighbours", _warm, _logistic, dict(neighbours="all"), ARG, "neighbours"),
+    ("warm-ledger-none", _warm, _logistic, dict(ledger=None), ARG, "ledger"),
     ("warm-bernoulli-123", _warm, _bernoulli_123, {}, DATA, "y"),
     # calibration and accounting
     ("calibrate-mu-0", _calibrate, _logistic, dict(available_mu=0.0), ARG, "available_mu"),
