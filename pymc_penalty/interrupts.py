@@ -12,6 +12,7 @@ what the ledger committed (epsilon spent, releases: no data).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -37,7 +38,14 @@ class _Interrupt(BaseException):
     ``except KeyboardInterrupt`` (which goes on with the next chain) lets it through."""
 
 
+#: The process that installed the handler: a worker forked from it keeps PyMC's own
+#: meaning of Ctrl-C (KeyboardInterrupt, which ends the worker quietly).
+_OWNER_PID: list[int] = []
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    if _OWNER_PID and os.getpid() != _OWNER_PID[-1]:
+        raise KeyboardInterrupt
     raise _Interrupt
 
 
@@ -49,11 +57,13 @@ def stop_on_interrupt() -> Iterator[type[BaseException]]:
     if threading.current_thread() is not threading.main_thread():
         yield _Interrupt
         return
+    _OWNER_PID.append(os.getpid())
     previous = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         yield _Interrupt
     finally:
         signal.signal(signal.SIGINT, previous)
+        _OWNER_PID.pop()
 
 
 def interrupted_message(report: dict[str, Any], budget: Any, ledger_path: Any) -> str:

@@ -1,4 +1,5 @@
-"""Ctrl-C during ``pp.sample`` (issue 17, item 2): a real SIGINT sent to a subprocess.
+"""Ctrl-C during ``pp.sample`` (issue 17, item 2): a real SIGINT sent to a subprocess's
+process group, as a terminal does (the run and, with ``cores=2``, its workers).
 
 Before the fix, ``pm.sample`` swallowed the interrupt: with ``cores=1`` the next chain started
 and spent the rest of the plan, and the run returned as if nothing had happened. Now every
@@ -64,6 +65,7 @@ def _run_and_interrupt(cores: int, tmp_path: Path) -> tuple[int, str, Path]:
         env=env,
         # A background job may inherit SIGINT ignored; a user's terminal delivers it.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     lines = []
     deadline = time.monotonic() + 240
@@ -72,7 +74,9 @@ def _run_and_interrupt(cores: int, tmp_path: Path) -> tuple[int, str, Path]:
         lines.append(line)
         # The callback logs every 10% of the plan: the first chain is sampling now.
         if "epsilon spent" in line:
-            proc.send_signal(signal.SIGINT)
+            # Ctrl-C in a terminal signals the whole foreground process group: the run and,
+            # with cores=2, PyMC's worker processes.
+            os.killpg(proc.pid, signal.SIGINT)
             break
         assert time.monotonic() < deadline, "".join(lines)
     try:
