@@ -158,7 +158,7 @@ def pld_cross_check(iterations: dict[str, dict[str, int]], interval: float) -> d
     except ImportError as exc:
         return {"available": False, "reason": f"dp_accounting not importable ({exc})"}
     count = iterations[repr(CHECK_MU)]["gdp"]
-    eps_gdp = gdp_epsilon(DELTA, CHECK_MU * math.sqrt(count))
+    eps_gdp = gdp_epsilon(mu=CHECK_MU * math.sqrt(count), delta=DELTA)
     t0 = time.perf_counter()
     pld = PLDAccountant(
         dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=interval
@@ -345,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         f"calibrate_step_mu({EPSILON:g}, {DELTA:g}, {CALIBRATION_RELEASES})": time_calls(
             lambda: calibrate_step_mu(EPSILON, DELTA, CALIBRATION_RELEASES), calls
         ),
-        f"gdp_epsilon({DELTA:g}, {budget_mu:.6f})": time_calls(
-            lambda: gdp_epsilon(DELTA, budget_mu), calls
+        f"gdp_epsilon(mu={budget_mu:.6f}, delta={DELTA:g})": time_calls(
+            lambda: gdp_epsilon(mu=budget_mu, delta=DELTA), calls
         ),
     }
     calibration_ms = next(iter(timings.values()))

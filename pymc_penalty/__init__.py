@@ -26,11 +26,14 @@ from pymc_penalty.diagnostics import (
     plot_privacy,
 )
 from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
+from pymc_penalty.interrupts import SamplingInterrupted
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
+from pymc_penalty.report_view import ReportView, report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
 
 __all__ = [
     "AuditResult",
@@ -38,6 +41,8 @@ __all__ = [
     "BudgetExhausted",
     "EmpiricalPrivacy",
     "FrozenChainWarning",
+    "InvalidArgumentError",
+    "InvalidDataError",
     "ModelNotPrivateError",
     "NotPrivateWarning",
     "PenaltyMetropolis",
@@ -46,7 +51,9 @@ __all__ = [
     "PrivacyCallback",
     "PrivacyLedger",
     "PrivateSamplingError",
+    "ReportView",
     "RunPlan",
+    "SamplingInterrupted",
     "StudentTContamination",
     "TruncatedStudentT",
     "UnpublishedResultWarning",
@@ -79,6 +86,7 @@ __all__ = [
     "recycled_mean",
     "recycled_summary",
     "recycled_terms",
+    "report",
     "sample",
     "sample_contaminated",
 ]

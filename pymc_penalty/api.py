@@ -21,11 +21,13 @@ from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, availa
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
 from pymc_penalty.forecast import UtilityWarning, forecast_run
+from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.validation import check_sample_arguments
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
@@ -388,6 +390,9 @@ def sample(
     PrivateSamplingError
         If ``pm.sample`` fails; its ``privacy_report`` says what was spent.
     """
+    # Every argument, before a ledger is opened or anything compiled (the data are checked
+    # by the step and the warm start, after the model gate).
+    check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(
@@ -466,7 +471,7 @@ def sample(
     warm_report.update(_forecast_before_spending(step, budget, plan, model))
 
     try:
-        with model:
+        with model, stop_on_interrupt() as interrupt:
             idata = pm.sample(
                 draws=plan.draws,
                 tune=plan.tune,
@@ -475,6 +480,10 @@ def sample(
                 callback=callback,
                 **pm_sample_kwargs,
             )
+    except interrupt:  # Ctrl-C: no further chain starts; say what was spent
+        report = {**_step_report(step, budget, callback, float("nan")), **warm_report}
+        message = interrupted_message(report, budget, ledger_path)
+        raise SamplingInterrupted(message, report) from None
     except Exception as exc:
         report = _step_report(step, budget, callback, float("nan"))
         report.update(warm_report)

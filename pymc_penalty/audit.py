@@ -47,7 +47,7 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from scipy import optimize, stats
 
-from pymc_penalty.accounting.gdp import gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 from pymc_penalty.step import NotPrivateWarning
 
 __all__ = [
@@ -97,7 +97,7 @@ class OutputAudit(NamedTuple):
         White-box Gaussian-fit estimate of the release's ``mu`` (NaN when not fitted). An
         estimate, not a bound.
     epsilon_estimate : float
-        ``gdp_epsilon(delta, mu_estimate)`` (NaN when not fitted).
+        ``gdp_epsilon(mu=mu_estimate, delta=delta)`` (NaN when not fitted).
     """
 
     name: str
@@ -121,7 +121,7 @@ class AuditResult:
     claimed_mu : float
         The largest per-release Gaussian-DP ``mu`` the mechanism claims at the audited pairs.
     claimed_epsilon : float
-        ``gdp_epsilon(delta, claimed_mu)``: the claimed per-release epsilon.
+        ``gdp_epsilon(mu=claimed_mu, delta=delta)``: the claimed per-release epsilon.
     epsilon_lb : float
         The empirical lower bound: the largest over all outputs and pairs.
     outputs : tuple of OutputAudit
@@ -450,7 +450,7 @@ def _gaussian_estimate(kind: str, a: np.ndarray, b: np.ndarray) -> float:
 def _epsilon(delta: float, mu: float) -> float:
     if math.isnan(mu):
         return math.nan
-    return math.inf if math.isinf(mu) else float(gdp_epsilon(delta, mu))
+    return math.inf if math.isinf(mu) else float(_gdp_epsilon(mu=mu, delta=delta))
 
 
 # --- the engine -----------------------------------------------------------------------------

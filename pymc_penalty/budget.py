@@ -13,10 +13,19 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu, plan_releases
+from pymc_penalty.accounting import expected_acceptance, gdp_mu, plan_releases
 from pymc_penalty.accounting.calibration import CALIBRATION_MARGIN
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.sensitivity import ClipMode, Neighbours
+from pymc_penalty.validation import (
+    InvalidArgumentError,
+    check_budget,
+    check_clip,
+    check_integer,
+    check_real,
+    check_share,
+)
 
 __all__ = [
     "NEGLIGIBLE_SHARE",
@@ -53,10 +62,7 @@ class PrivacyBudget:
     delta: float
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise ValueError("`epsilon` must be a finite positive number, in (0, inf).")
-        if not (0.0 < self.delta < 1.0):
-            raise ValueError("`delta` must be in (0, 1).")
+        check_budget(self.epsilon, self.delta)
 
     @property
     def mu(self) -> float:
@@ -67,7 +73,7 @@ class PrivacyBudget:
         """Tight ``epsilon`` at this budget's ``delta`` for a spent ``mu``."""
         if mu_spent <= 0.0:
             return 0.0
-        return gdp_epsilon(self.delta, mu_spent)
+        return _gdp_epsilon(mu=mu_spent, delta=self.delta)
 
 
 @dataclass(frozen=True)
@@ -163,8 +169,14 @@ def calibrate(
     from it, so it is identical for any two datasets; whether it fires depends on ``n`` only
     under substitute-one neighbours, where ``n`` is public.
     """
-    if not (math.isfinite(available_mu) and available_mu > 0):
-        raise ValueError("`available_mu` must be a finite positive number (budget left).")
+    available_mu = check_real("available_mu", available_mu, low=0.0, low_open=True)
+    if not isinstance(plan, RunPlan):
+        raise InvalidArgumentError("`plan` must be a pymc_penalty.RunPlan(draws, tune, chains).")
+    if n_datapoints is not None:
+        check_integer("n_datapoints", n_datapoints, low=1)
+    clip = check_clip(clip, allow_auto=False)
+    clip_count_share = check_share("clip_count_share", clip_count_share)
+    warn_below = check_real("warn_below", warn_below, low=0.0, high=1.0)
     step_mu = available_mu / math.sqrt(plan.releases) * CALIBRATION_MARGIN
     mu_ll, _ = split_step_mu(step_mu, clip_count_share)
     relation = Neighbours.parse(neighbours)

@@ -19,6 +19,7 @@ import pymc as pm
 
 from pymc_penalty.api import sample
 from pymc_penalty.datasets import load_screening
+from pymc_penalty.report_view import report
 
 __all__ = ["main"]
 
@@ -59,10 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     print(az.summary(idata, var_names=["beta"], round_to=3).to_string())
     truth = np.array([data.truth[n] for n in names])
     print("\nsimulated with:", dict(zip(names, truth.round(3).tolist(), strict=True)))
-    print("\nprivacy report (idata.attrs):")
-    for key, value in idata.attrs.items():
-        if key.startswith("dp_") or key == "pymc_penalty_version":
-            print(f"  {key:24s} {value}")
+    print()
+    print(report(idata))
+    print("\nThe same report, machine-readable, is in idata.attrs (keys dp_*).")
     return 0
 
 

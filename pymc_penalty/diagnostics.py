@@ -9,7 +9,7 @@ The epsilon curve composes the per-step ``dp_mu`` statistics in Gaussian DP,
 ``mu(t) = sqrt(sum_{s <= t} mu_s^2)``, and converts with
 :func:`~pymc_penalty.accounting.gdp_epsilon` at the report's ``delta``. Tuning draws count:
 they are included when ``warmup_sample_stats`` is stored (``discard_tuned_samples=False``);
-otherwise the curve misses them and the plot says so.
+otherwise they are one lump at draw -1, counted from the report, and the plot says so.
 """
 
 from __future__ import annotations
@@ -24,17 +24,20 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from pymc_penalty.accounting import gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 from pymc_penalty.report import DATA_GROUPS
+from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
     "ESS_MIN",
     "R_HAT_MAX",
     "ConvergenceWarning",
     "EpsilonCurve",
+    "PhaseCosts",
     "PrivateSummary",
     "convergence_verdict",
     "epsilon_curve",
+    "phase_costs",
     "plot_epsilon",
     "plot_privacy",
     "privacy_report",
@@ -123,6 +126,89 @@ def _stats(idata: az.InferenceData) -> xr.Dataset:
 
 
 @dataclass(frozen=True)
+class PhaseCosts:
+    """What each phase of a run spent, in Gaussian-DP ``mu^2`` (composition adds them).
+
+    Attributes
+    ----------
+    warm_start_mu2 : float
+        The private warm start's ``mu^2`` (0 without one).
+    warm_start_releases : int
+    tuning_mu2, sampling_mu2 : ndarray, shape (chains,)
+        Per chain: the tuning steps' and the kept draws' ``mu^2``.
+    tuning_releases, sampling_releases : ndarray of int, shape (chains,)
+    tuning_stored : bool
+        Whether the tuning steps' statistics are stored (``discard_tuned_samples=False``);
+        otherwise their releases are counted from the report and priced at the chain's
+        per-step ``mu`` (the calibration is fixed for the run).
+    """
+
+    warm_start_mu2: float
+    warm_start_releases: int
+    tuning_mu2: np.ndarray
+    sampling_mu2: np.ndarray
+    tuning_releases: np.ndarray
+    sampling_releases: np.ndarray
+    tuning_stored: bool
+
+    @property
+    def total_mu2(self) -> float:
+        """Everything the run spent: warm start, tuning and sampling of every chain."""
+        return float(self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum())
+
+
+def _released_mu(stats: xr.Dataset) -> np.ndarray:
+    """Per-step ``dp_mu`` of each stored step, 0 where nothing was released."""
+    mu = np.nan_to_num(np.asarray(stats["dp_mu"].values, dtype=np.float64), nan=0.0)
+    if "dp_released" in stats:
+        mu = np.where(np.asarray(stats["dp_released"].values, dtype=bool), mu, 0.0)
+    return mu
+
+
+def phase_costs(idata: az.InferenceData) -> PhaseCosts:
+    """Split what a private result spent into warm start, tuning and sampling.
+
+    Parameters
+    ----------
+    idata : InferenceData
+        A private result (privacy report in ``attrs``, ``dp_mu`` in ``sample_stats``).
+
+    Returns
+    -------
+    PhaseCosts
+    """
+    report = privacy_report(idata)
+    stats = idata.sample_stats
+    if "dp_mu" not in stats:
+        raise ValueError("`idata.sample_stats` has no `dp_mu`: not a penalty-step result.")
+    mu = _released_mu(stats)
+    sampling_mu2 = np.sum(mu**2, axis=1)
+    sampling_releases = np.count_nonzero(mu, axis=1)
+    warm = idata.warmup_sample_stats if "warmup_sample_stats" in idata.groups() else None
+    stored = warm is not None and "dp_mu" in warm and warm.sizes.get("draw", 0) > 0
+    if stored:
+        warm_mu = _released_mu(warm)
+        tuning_mu2 = np.sum(warm_mu**2, axis=1)
+        tuning_releases = np.count_nonzero(warm_mu, axis=1)
+    else:
+        per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
+        if per_chain.shape != sampling_releases.shape:
+            per_chain = sampling_releases.copy()
+        tuning_releases = np.maximum(per_chain - sampling_releases, 0)
+        step_mu = mu.max(axis=1) if mu.size else np.zeros(len(tuning_releases))
+        tuning_mu2 = tuning_releases * step_mu**2
+    return PhaseCosts(
+        warm_start_mu2=float(report.get("dp_warm_start_mu", 0.0)) ** 2,
+        warm_start_releases=int(report.get("dp_warm_start_releases", 0)),
+        tuning_mu2=np.asarray(tuning_mu2, dtype=np.float64),
+        sampling_mu2=np.asarray(sampling_mu2, dtype=np.float64),
+        tuning_releases=np.asarray(tuning_releases, dtype=np.int64),
+        sampling_releases=np.asarray(sampling_releases, dtype=np.int64),
+        tuning_stored=bool(stored),
+    )
+
+
+@dataclass(frozen=True)
 class EpsilonCurve:
     """Epsilon spent against draw.
 
@@ -131,17 +217,23 @@ class EpsilonCurve:
     draw : ndarray, shape (k,)
         Draw index of each point (tuning draws negative, the last tuning draw at -1).
     per_chain : ndarray, shape (chains, k)
-        Epsilon of each chain's releases alone, up to and including that draw.
+        Epsilon of each chain's releases alone (tuning included), up to and including that
+        draw.
     total : ndarray, shape (k,)
-        Epsilon of all chains' releases up to that draw.
+        Epsilon of everything the run spent up to that draw: the warm start (from the start),
+        and every chain's releases, tuning included. It ends at the report's ``dp_epsilon``.
     chains : ndarray
         Chain labels.
     delta : float
         The ``delta`` of the conversion.
     includes_tuning : bool
-        Whether tuning releases are in the curve.
+        Whether tuning releases are in the curve (always, since 0.2: stored tuning draws one
+        by one, otherwise as one lump at draw -1).
     missing_tuning : int
-        Tuning draws per chain that were made but are not stored (so not in the curve).
+        Tuning draws per chain whose statistics are not stored: they are in the curve as one
+        lump at draw -1, not draw by draw.
+    warm_start_epsilon : float
+        Epsilon of the warm start alone (0 without one), the start of ``total``.
     """
 
     draw: np.ndarray
@@ -151,18 +243,25 @@ class EpsilonCurve:
     delta: float
     includes_tuning: bool
     missing_tuning: int
+    warm_start_epsilon: float = 0.0
 
 
 def _epsilon(delta: float, mu2: float) -> float:
     if not math.isfinite(mu2):
         return math.inf
-    return float(gdp_epsilon(delta, math.sqrt(max(mu2, 0.0))))
+    return float(_gdp_epsilon(math.sqrt(max(mu2, 0.0)), delta))
 
 
 def epsilon_curve(
     idata: az.InferenceData, delta: float | None = None, max_points: int = 1000
 ) -> EpsilonCurve:
-    """Compose the per-step ``dp_mu`` cumulatively per chain and over all chains.
+    """Compose the per-step ``dp_mu`` cumulatively per chain and over the whole run.
+
+    Everything the report counts is in the curve, so its last point is the report's
+    ``dp_epsilon``: the warm start (``total`` starts at it), and the tuning steps, draw by
+    draw when their statistics are stored (``discard_tuned_samples=False``), otherwise as one
+    lump at draw -1 (their number from the report, their cost the chain's fixed per-step
+    ``mu``).
 
     Parameters
     ----------
@@ -177,30 +276,33 @@ def epsilon_curve(
     -------
     EpsilonCurve
     """
+    check_integer("max_points", max_points, low=2)
     if delta is None:
         delta = float(privacy_report(idata)["dp_delta"])
-    if int(max_points) < 2:
-        raise ValueError("`max_points` must be an integer >= 2.")
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    costs = phase_costs(idata)
     stats = _stats(idata)
-    if "dp_mu" not in stats:
-        raise ValueError("`idata.sample_stats` has no `dp_mu`: not a penalty-step result.")
     # A refused release has dp_mu = 0; a chain absent from one group (trimmed) adds nothing.
-    mu = np.nan_to_num(np.asarray(stats["dp_mu"].values, dtype=np.float64), nan=0.0)
-    cum = np.cumsum(mu**2, axis=1)
-    total = np.cumsum(np.sum(mu**2, axis=0))
+    mu2 = _released_mu(stats) ** 2
     draws = np.asarray(stats["draw"].values)
+    tuning = int(idata.sample_stats.attrs.get("tuning_steps", 0) or 0)
+    if not costs.tuning_stored:
+        # The tuning releases as one lump at draw -1 (before the first kept draw).
+        mu2 = np.concatenate([costs.tuning_mu2[:, None], mu2], axis=1)
+        draws = np.concatenate([[-1], draws])
+    cum = np.cumsum(mu2, axis=1)
+    total = costs.warm_start_mu2 + np.cumsum(np.sum(mu2, axis=0))
     idx = np.unique(np.linspace(0, draws.size - 1, min(int(max_points), draws.size)).round())
     idx = idx.astype(int)
-    includes = bool(draws.size and draws[0] < 0)
-    tuning = int(idata.sample_stats.attrs.get("tuning_steps", 0) or 0)
     return EpsilonCurve(
         draw=draws[idx],
         per_chain=np.array([[_epsilon(delta, c[i]) for i in idx] for c in cum]),
         total=np.array([_epsilon(delta, total[i]) for i in idx]),
         chains=np.asarray(stats["chain"].values),
         delta=float(delta),
-        includes_tuning=includes,
-        missing_tuning=0 if includes else tuning,
+        includes_tuning=True,
+        missing_tuning=0 if costs.tuning_stored else tuning,
+        warm_start_epsilon=_epsilon(delta, costs.warm_start_mu2),
     )
 
 
@@ -350,7 +452,7 @@ def plot_epsilon(idata: az.InferenceData, ax: Any = None) -> Any:
         ax.axvline(0, color="grey", lw=0.8)
     title = f"epsilon spent (delta = {curve.delta:g})"
     if curve.missing_tuning:
-        title += f"\n{curve.missing_tuning} tuning draws/chain not stored: not in the curves"
+        title += f"\n{curve.missing_tuning} tuning draws/chain not stored: one step at draw -1"
     ax.set(xlabel="draw (tuning < 0)", ylabel="epsilon", title=title)
     ax.legend(fontsize="small")
     return ax

@@ -30,6 +30,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pytensor.graph.replace import vectorize_graph
 
 from pymc_penalty.model_checks import data_sources, depends_on_data, n_datapoints
+from pymc_penalty.report import sampled_model
 from pymc_penalty.step import PROPOSAL_STAT
 
 __all__ = [
@@ -237,7 +238,8 @@ def recycled_terms(
         (the ``var_names``) and returns an array ``(chain, draw, ...)``. Default: each
         variable itself.
     model : pm.Model, optional
-        The sampled model (from the context if omitted). Only its data-free part is compiled.
+        The sampled model. Default: the model the result was sampled from in this process
+        (so no model context is needed), else the context's. Only its data-free part is compiled.
     vars : list, optional
         The variables given to the step, in its order (default: all free variables).
     fn_name : str, optional
@@ -255,13 +257,15 @@ def recycled_terms(
         If the statistics are missing, a variable depends on data, or the recorded proposals
         do not match the model.
     """
-    model = pm.modelcontext(model)
+    model = sampled_model(idata, model)  # works outside the model's context
     if "sample_stats" not in idata.groups() or PROPOSAL_STAT not in idata.sample_stats:
         raise ValueError(
             f"`idata` has no `{PROPOSAL_STAT}` sample statistic: sample with a pymc_penalty "
             "step (this version or later) to record proposals."
         )
     stats = idata.sample_stats
+    if isinstance(var_names, str):
+        var_names = [var_names]  # one name, not its letters
     names = _default_names(idata, model) if var_names is None else list(var_names)
     if not names:
         raise ValueError("`var_names` is empty: nothing to recycle.")
@@ -315,7 +319,9 @@ def recycled_mean(
     dict of str to RecycledEstimate
         Keyed by variable name (or ``fn``'s name).
     """
-    model = pm.modelcontext(model)
+    model = sampled_model(idata, model)  # works outside the model's context
+    if isinstance(var_names, str):
+        var_names = [var_names]
     terms = recycled_terms(idata, var_names, fn, model, vars, fn_name=fn_name)
     if fn is None:
         plain = idata.posterior[list(terms.data_vars)]

@@ -9,6 +9,7 @@ Deterministics that depend on data.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import arviz as az
@@ -18,7 +19,14 @@ import pymc as pm
 from pymc_penalty._version import __version__
 from pymc_penalty.model_checks import data_dependent_variables, data_dims, n_datapoints
 
-__all__ = ["DATA_GROUPS", "REPORT_KEYS", "attach_report", "build_report", "strip_data"]
+__all__ = [
+    "DATA_GROUPS",
+    "REPORT_KEYS",
+    "attach_report",
+    "build_report",
+    "sampled_model",
+    "strip_data",
+]
 
 #: InferenceData groups that hold the data itself or exact functions of it.
 DATA_GROUPS = ("observed_data", "constant_data", "log_likelihood", "predictions_constant_data")
@@ -200,6 +208,41 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
     return removed
 
 
+#: The model each live result was sampled from (process-local, never serialised): helpers
+#: such as :func:`~pymc_penalty.recycled_mean` find it outside the model's context.
+_SAMPLED_MODELS: dict[int, pm.Model] = {}
+
+
+def _remember_model(idata: az.InferenceData, model: pm.Model) -> None:
+    key = id(idata)
+    if key not in _SAMPLED_MODELS:
+        weakref.finalize(idata, _SAMPLED_MODELS.pop, key, None)
+    _SAMPLED_MODELS[key] = model
+
+
+def sampled_model(idata: az.InferenceData, model: pm.Model | None = None) -> pm.Model:
+    """The model behind a result: ``model`` if given, else the one it was sampled from
+    (this process, :func:`attach_report`), else the model of the current context.
+
+    Raises
+    ------
+    ValueError
+        If none is known (for instance a result read back from netCDF outside a model).
+    """
+    if model is not None:
+        return model
+    known = _SAMPLED_MODELS.get(id(idata))
+    if known is not None:
+        return known
+    try:
+        return pm.modelcontext(None)
+    except TypeError:
+        raise ValueError(
+            "No model is known for `idata` (it was not sampled in this process, or was "
+            "copied or read from a file): pass `model=` or call inside `with model:`."
+        ) from None
+
+
 def attach_report(
     idata: az.InferenceData,
     report: dict[str, Any],
@@ -230,6 +273,7 @@ def attach_report(
         The same object.
     """
     model = pm.modelcontext(model)
+    _remember_model(idata, model)
     removed: list[str] = [] if keep_data else strip_data(idata, model, report)
     trimmed = _trim_unreleased(idata) if trim else 0
     for key, value in report.items():

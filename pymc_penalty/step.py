@@ -50,6 +50,7 @@ from pymc_penalty.sensitivity import (
     l2_sensitivity,
     step_length,
 )
+from pymc_penalty.validation import check_model_data, check_step_arguments
 
 __all__ = [
     "DEFAULT_PLAN",
@@ -386,6 +387,18 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             )
         # Everything about the budget is checked before the model is analysed or compiled
         # and before any ledger exists.
+        check_step_arguments(
+            epsilon=epsilon,
+            delta=delta,
+            plan=plan,
+            clip=clip,
+            clip_count_share=clip_count_share,
+            neighbours=neighbours,
+            clip_mode=clip_mode,
+            target_accept=target_accept,
+            tune_interval=tune_interval,
+            scaling=scaling,
+        )
         budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
         _check_positive("noise_sd", noise_sd, allow_none=True)
         _check_positive("mu", mu, allow_none=True)
@@ -437,6 +450,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             vars = get_value_vars_from_user_vars(vars, model)
         adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
         self._n = validate_model(model, vars, add_remove=adds)
+        check_model_data(model, initial_point)  # NaN, inf, values outside the support
         leaky = data_dependent_deterministics(model, self._n)
         if leaky:
             warnings.warn(

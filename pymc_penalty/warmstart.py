@@ -42,6 +42,14 @@ from pytensor.gradient import hessian
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import validate_model
 from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.validation import (
+    NEIGHBOUR_NAMES,
+    check_choice,
+    check_integer,
+    check_ledger,
+    check_model_data,
+    check_real,
+)
 
 __all__ = ["WarmStart", "WarmStartRefused", "private_warm_start", "warm_start_schedule"]
 
@@ -221,12 +229,11 @@ def private_warm_start(
         If an argument is out of range.
     """
     model = pm.modelcontext(model)
-    if not (math.isfinite(mu) and mu > 0):
-        raise ValueError("`mu` must be a finite positive number, in (0, inf).")
-    if not (math.isfinite(clip) and clip > 0):
-        raise ValueError("`clip` must be a finite positive number, in (0, inf).")
-    if int(steps) < 1:
-        raise ValueError("`steps` must be a positive integer.")
+    mu = check_real("mu", mu, low=0.0, low_open=True)
+    clip = check_real("clip", clip, low=0.0, low_open=True)
+    steps = check_integer("steps", steps, low=1)
+    check_ledger(ledger)
+    check_choice("neighbours", getattr(neighbours, "value", neighbours), NEIGHBOUR_NAMES)
     factor = Neighbours.parse(neighbours).factor
     grad_sens = factor * clip
     # Substitute: sqrt(2) C^2 (see the module notes); add/remove: C^2.
@@ -237,6 +244,7 @@ def private_warm_start(
     value_vars = list(model.value_vars)
     adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
     n = validate_model(model, value_vars, add_remove=adds)
+    check_model_data(model, point)  # NaN, inf, values outside the support: before any spend
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)

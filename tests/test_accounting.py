@@ -17,6 +17,7 @@ import pytest
 from pymc_penalty import accounting as acc
 from pymc_penalty.accounting import (
     ComposedReleases,
+    DegenerateDeltaWarning,
     GaussianRelease,
     GDPAccountant,
     RepeatedRelease,
@@ -68,7 +69,7 @@ def test_reference_figure():
     # one release: sigma / Delta = 1 / mu
     assert abs(1.0 / mu - 3.7306) < 1e-4
     assert gdp_delta(1.0, mu) == pytest.approx(1e-5, rel=1e-10)
-    assert gdp_epsilon(1e-5, mu) == pytest.approx(1.0, rel=1e-10)
+    assert gdp_epsilon(mu=mu, delta=1e-5) == pytest.approx(1.0, rel=1e-10)
 
 
 # (per-step mu, count, delta); PLD at interval 1e-4 is exact to a few 1e-8 here (~0.1 s each).
@@ -85,7 +86,7 @@ PLD_CASES = [
 @pytest.mark.parametrize(("mu_step", "count", "delta"), PLD_CASES)
 def test_gdp_epsilon_matches_pld(mu_step, count, delta):
     reference = pld_epsilon(1.0 / mu_step, count, delta)
-    ours = gdp_epsilon(delta, math.sqrt(count) * mu_step)
+    ours = gdp_epsilon(mu=math.sqrt(count) * mu_step, delta=delta)
     assert abs(ours - reference) <= 1e-6
     # the PLD estimate is pessimistic: it may only sit (slightly) above the exact value
     assert reference >= ours - 1e-9
@@ -95,7 +96,7 @@ def test_gdp_epsilon_matches_pld(mu_step, count, delta):
 @pytest.mark.parametrize(("mu_step", "count", "delta"), [(0.01, 700, 1e-5), (0.1, 10, 1e-5)])
 def test_gdp_epsilon_matches_fine_pld(mu_step, count, delta):
     reference = pld_epsilon(1.0 / mu_step, count, delta, interval=1e-5)
-    assert abs(gdp_epsilon(delta, math.sqrt(count) * mu_step) - reference) <= 1e-8
+    assert abs(gdp_epsilon(mu=math.sqrt(count) * mu_step, delta=delta) - reference) <= 1e-8
 
 
 def test_gdp_delta_matches_pld():
@@ -144,7 +145,7 @@ def test_finite_at_large_epsilon(mu):
 def test_finite_at_small_mu(eps):
     d = gdp_delta(eps, 1e-6)
     assert math.isfinite(d) and 0.0 <= d <= 1.0
-    e = gdp_epsilon(1e-12, 1e-6)
+    e = gdp_epsilon(mu=1e-6, delta=1e-12)
     assert math.isfinite(e) and e > 0.0
 
 
@@ -153,11 +154,12 @@ def test_round_trips():
         for delta in (1e-300, 1e-12, 1e-5, 0.1, 0.5):
             mu = gdp_mu(eps, delta)
             assert gdp_delta(eps, mu) == pytest.approx(delta, rel=1e-9)
-            assert gdp_epsilon(delta, mu) == pytest.approx(eps, rel=1e-9)
+            assert gdp_epsilon(mu=mu, delta=delta) == pytest.approx(eps, rel=1e-9)
     # epsilon = 0: delta(0, mu) = erf(mu / (2 sqrt 2))
     assert gdp_delta(0.0, gdp_mu(0.0, 1e-5)) == pytest.approx(1e-5, rel=1e-12)
     # delta at or above delta(0, mu) needs no epsilon
-    assert gdp_epsilon(0.9, 0.5) == 0.0
+    with pytest.warns(DegenerateDeltaWarning, match="says nothing"):
+        assert gdp_epsilon(mu=0.5, delta=0.9) == 0.0
 
 
 def test_monotonicity():
@@ -169,9 +171,9 @@ def test_monotonicity():
     d_mu = np.array([gdp_delta(1.0, m) for m in mus[mus > 0.05]])
     assert np.all(np.diff(d_mu) > 0.0)
     deltas = np.geomspace(1e-12, 0.1, 23)
-    e_delta = np.array([gdp_epsilon(d, 1.0) for d in deltas])
+    e_delta = np.array([gdp_epsilon(mu=1.0, delta=d) for d in deltas])
     assert np.all(np.diff(e_delta) < 0.0)
-    e_mu = np.array([gdp_epsilon(1e-5, m) for m in mus])
+    e_mu = np.array([gdp_epsilon(mu=m, delta=1e-5) for m in mus])
     assert np.all(np.diff(e_mu) > 0.0)
     m_eps = np.array([gdp_mu(e, 1e-5) for e in eps[1:]])
     assert np.all(np.diff(m_eps) > 0.0)
@@ -324,7 +326,7 @@ def test_theorem1_schedule():
     assert eps_route <= s.epsilon and delta_route <= s.delta * (1 + 1e-12)
     assert eps_route > s.epsilon_as_printed
     # tight accounting of the same releases is far better
-    assert gdp_epsilon(s.delta, math.sqrt(s.k) * s.mu_step) < s.epsilon / 5
+    assert gdp_epsilon(mu=math.sqrt(s.k) * s.mu_step, delta=s.delta) < s.epsilon / 5
     # Corollary 1's statistic variance
     s2 = theorem1_schedule(n, c, alpha, beta, k0, stat_sensitivity=2.0)
     assert s2.xi == pytest.approx(s.sigma**2 * 4.0 * n / c**2)
@@ -348,7 +350,7 @@ def test_events_and_accountant():
     a = GDPAccountant().compose(composed, count=2)
     assert a.releases == 8
     assert a.mu == pytest.approx(math.sqrt(2) * composed.mu)
-    assert a.get_epsilon(1e-5) == pytest.approx(gdp_epsilon(1e-5, a.mu))
+    assert a.get_epsilon(1e-5) == pytest.approx(gdp_epsilon(mu=a.mu, delta=1e-5))
     assert a.get_delta(1.0) == pytest.approx(gdp_delta(1.0, a.mu))
     assert GDPAccountant().compose(rel, 0).mu == 0.0
 
@@ -467,9 +469,9 @@ def test_expected_acceptance_properties():
         (lambda: gdp_delta(float("nan"), 1.0), "epsilon"),
         (lambda: gdp_delta(1.0, -0.1), "mu"),
         (lambda: gdp_delta(1.0, float("inf")), "mu"),
-        (lambda: gdp_epsilon(0.0, 1.0), "delta"),
-        (lambda: gdp_epsilon(1.0, 1.0), "delta"),
-        (lambda: gdp_epsilon(1e-5, -1.0), "mu"),
+        (lambda: gdp_epsilon(mu=1.0, delta=0.0), "delta"),
+        (lambda: gdp_epsilon(mu=1.0, delta=1.0), "delta"),
+        (lambda: gdp_epsilon(mu=-1.0, delta=1e-5), "mu"),
         (lambda: gdp_mu(-0.5, 1e-5), "epsilon"),
         (lambda: gdp_mu(1.0, 1.5), "delta"),
         (lambda: gdp_mu("1", 1e-5), "epsilon"),
@@ -507,7 +509,7 @@ def test_theorem1_schedule_reports_the_tight_figure_beside_the_papers():
     from pymc_penalty.accounting import gdp_epsilon, theorem1_schedule
 
     sched = theorem1_schedule(10_000, 1.0, 0.5, 2.0, 1.0)
-    expected = gdp_epsilon(sched.delta, math.sqrt(sched.k) * sched.mu_step)
+    expected = gdp_epsilon(mu=math.sqrt(sched.k) * sched.mu_step, delta=sched.delta)
     assert sched.tight_epsilon == pytest.approx(expected, rel=1e-12)
     # Tight accounting of the same run is far below the paper's (valid) bound.
     assert sched.tight_epsilon < 0.5 * sched.epsilon

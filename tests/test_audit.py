@@ -53,7 +53,7 @@ from tests.conftest import leaked_strings
 RUNS = 10_000
 RUNS_BROKEN = 20_000
 RUNS_WARM_START = 4_000
-#: gdp_epsilon(1e-5, 1) = 4.377...: the claim of a step with per-step mu = 1.
+#: gdp_epsilon(mu=1, delta=1e-5) = 4.377...: the claim of a step with per-step mu = 1.
 CLAIM_MU1 = 4.377
 
 # --- data: fixed seeds; row 0 is the worst-case record's low end --------------------------

@@ -20,6 +20,8 @@ def test_demo_prints_a_posterior_and_its_report(capsys):
     assert main(["--draws", "60", "--tune", "60", "--chains", "2", "--cores", "1"]) == 0
     out = capsys.readouterr().out
     assert "beta[age]" in out
-    for key in ("dp_epsilon", "dp_delta", "dp_mu", "dp_releases", "dp_noise_private"):
-        assert key in out
-    assert "dp_releases              240" in out
+    # The readable report (pp.report): budget, phases, convergence verdict, clipping.
+    for heading in ("Privacy report", "Budget", "Cost per phase", "Convergence", "Clipping"):
+        assert heading in out
+    assert "releases" in out and "240 (per chain [120, 120])" in out
+    assert "epsilon spent" in out and "verdict" in out

@@ -101,7 +101,7 @@ def test_epsilon_curve_ends_at_the_reported_epsilon(idata):
     for c in range(2):
         mu2 = np.sum(idata.warmup_sample_stats["dp_mu"].values[c] ** 2)
         mu2 += np.sum(idata.sample_stats["dp_mu"].values[c] ** 2)
-        assert curve.per_chain[c, -1] == pytest.approx(gdp_epsilon(delta, math.sqrt(mu2)))
+        assert curve.per_chain[c, -1] == pytest.approx(gdp_epsilon(mu=math.sqrt(mu2), delta=delta))
     # Each chain alone spends less than both together (sqrt(2) times the mu).
     assert np.all(curve.per_chain[:, -1] < curve.total[-1])
     # The plotted "all chains" line ends at the report's epsilon.
@@ -111,12 +111,18 @@ def test_epsilon_curve_ends_at_the_reported_epsilon(idata):
     plt.close("all")
 
 
-def test_without_tuning_draws_the_curve_falls_short_and_says_so(model):
-    """Control: discarding the tuning draws loses releases; the curve must not hide it."""
+def test_without_tuning_draws_the_curve_still_counts_tuning_and_says_so(model):
+    """Discarded tuning draws are still releases: the curve counts them as one lump at draw
+    -1 (from the report's release counts) and ends at the report's epsilon (it fell short by
+    more than 5% before 0.2)."""
     short = _private(model, discard_tuned_samples=True)
     curve = diagnostics.epsilon_curve(short)
-    assert not curve.includes_tuning and curve.missing_tuning == 100
-    assert curve.total[-1] < 0.95 * short.attrs["dp_epsilon"]
+    assert curve.includes_tuning and curve.missing_tuning == 100
+    assert curve.draw[0] == -1 and curve.draw[-1] == 149
+    assert curve.total[-1] == pytest.approx(short.attrs["dp_epsilon"], rel=1e-9)
+    # Without the tuning lump the last point would be the kept draws' epsilon alone.
+    mu2 = float(np.sum(short.sample_stats["dp_mu"].values ** 2))
+    assert gdp_epsilon(mu=math.sqrt(mu2), delta=short.attrs["dp_delta"]) < 0.95 * curve.total[-1]
     ax = diagnostics.plot_epsilon(short)
     assert "not stored" in ax.get_title()
     plt.close("all")

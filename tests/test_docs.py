@@ -179,3 +179,35 @@ def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
     namespace: dict = {"__name__": "__readme__"}
     for i, code in enumerate(blocks):
         exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)
+
+
+def _docs_command_output() -> str:
+    """The output folder of the docs build command the README documents."""
+    found = re.search(r"python -m sphinx -b html docs (\S+?)`", README.read_text())
+    assert found, "README.md documents no docs build command"
+    return found.group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["documented", "control"])
+def test_docs_build_writes_nothing_outside_its_build_folder(tmp_path, layout):
+    """MyST-NB writes ``jupyter_execute`` and ``.jupyter_cache`` beside the output folder.
+    Built as documented (``docs/_build/html``) they stay in ``docs/_build``; the control
+    (output ``docs/_build`` itself) shows that they would land in the source folder."""
+    assert _docs_command_output() == "docs/_build/html"
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert {"jupyter_execute/", ".jupyter_cache/", "/docs/_build/"} <= set(ignored)
+    src = _tiny_site(tmp_path, "# T\n\n```{toctree}\nnb\n```\n", _notebook(["print(1)"]))
+    before = set(os.listdir(src))
+    out = src / "_build" / ("html" if layout == "documented" else "")
+    cmd = [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(DOCS)]
+    cmd += ["-d", str(src / "_build" / ".doctrees"), str(src), str(out)]
+    env = {**os.environ, "PYMC_PENALTY_NB_EXECUTION": "cache"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    added = set(os.listdir(src)) - before - {"_build"}
+    if layout == "documented":
+        assert added == set(), added
+        assert (src / "_build" / "jupyter_execute").exists()
+    else:
+        assert {"jupyter_execute", ".jupyter_cache"} <= added

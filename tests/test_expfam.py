@@ -10,7 +10,7 @@ import pytest
 from conftest import posterior_check
 from scipy import stats
 
-from pymc_penalty import ModelNotPrivateError
+from pymc_penalty import InvalidDataError, ModelNotPrivateError
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
@@ -56,15 +56,22 @@ def test_add_remove_releases_the_count_and_stays_exact():
 @pytest.mark.slow
 def test_dirichlet_multinomial_exact():
     y = np.random.default_rng(4).multinomial(4, [0.2, 0.3, 0.5], size=60)
-    y[0] = [5, -1, 0]  # not a count vector: contributes nothing and counts as clipped
+    bad = y.copy()
+    bad[0] = [5, -1, 0]  # not a count vector: refused before anything is spent
+    with pm.Model():
+        p = pm.Dirichlet("p", np.ones(3))
+        pm.Multinomial("y", n=4, p=p, observed=bad)
+        with pytest.raises(InvalidDataError, match="`y`"):
+            ExpFamPenaltyMetropolis(xi=4.0, reproducible_noise=True)
+    y = y[1:]
     with pm.Model() as model:
         p = pm.Dirichlet("p", np.ones(3))
         pm.Multinomial("y", n=4, p=p, observed=y)
         step = ExpFamPenaltyMetropolis(xi=4.0, reproducible_noise=True)
     assert step.family == "multinomial" and step.sensitivity == pytest.approx(4 * 2**0.5)
-    assert step._clipped_fraction_exact == pytest.approx(1 / 60)
+    assert step._clipped_fraction_exact == 0.0
     idata = _sample(model, step)
-    alpha = 1.0 + y[1:].sum(axis=0)
+    alpha = 1.0 + y.sum(axis=0)
     a, b = alpha[0], alpha.sum() - alpha[0]
     draws = idata.posterior["p"].values[..., 0]
     ok, msg = posterior_check(draws, stats.beta(a, b).cdf, a / (a + b))

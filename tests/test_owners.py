@@ -162,14 +162,14 @@ def test_ledger_charged_once_per_step_with_the_binding_owner():
     assert report["releases"] == 60
     for j, sd in enumerate(sds):
         assert report["epsilon_vs_owners"][j] == pytest.approx(
-            gdp_epsilon(1e-5, math.sqrt(60) / sd), rel=1e-10
+            gdp_epsilon(mu=math.sqrt(60) / sd, delta=1e-5), rel=1e-10
         )
     assert report["epsilon_vs_outsider"] == pytest.approx(
-        gdp_epsilon(1e-5, math.sqrt(60 / 98.0)), rel=1e-10
+        gdp_epsilon(mu=math.sqrt(60 / 98.0), delta=1e-5), rel=1e-10
     )
     # The worst owner's epsilon is what the ledger's total gives.
     assert max(report["epsilon_vs_owners"]) == pytest.approx(
-        gdp_epsilon(1e-5, math.sqrt(ledger.spent_mu2)), rel=1e-10
+        gdp_epsilon(mu=math.sqrt(ledger.spent_mu2), delta=1e-5), rel=1e-10
     )
 
 
@@ -294,10 +294,10 @@ def test_callback_and_report_carry_each_owners_epsilon():
     )
     # 100 releases, tuning included; each owner's mu is 1/sd per release (independent formula).
     for j, sd in enumerate(sds):
-        expected = gdp_epsilon(1e-5, math.sqrt(100) / sd)
+        expected = gdp_epsilon(mu=math.sqrt(100) / sd, delta=1e-5)
         assert report["dp_epsilon_vs_owners"][j] == pytest.approx(expected, rel=1e-10)
     assert report["dp_epsilon_vs_outsider"] == pytest.approx(
-        gdp_epsilon(1e-5, math.sqrt(100 / 98.0)), rel=1e-10
+        gdp_epsilon(mu=math.sqrt(100 / 98.0), delta=1e-5), rel=1e-10
     )
     assert max(report["dp_epsilon_vs_owners"]) == pytest.approx(report["dp_epsilon"], rel=1e-10)
     # A run without owners has no such keys.

@@ -59,11 +59,18 @@ from pymc_penalty.accounting.events import (
     PrivacyEvent,
     RepeatedRelease,
 )
-from pymc_penalty.accounting.gdp import compose_mu, gdp_delta, gdp_epsilon, gdp_mu
+from pymc_penalty.accounting.gdp import (
+    DegenerateDeltaWarning,
+    compose_mu,
+    gdp_delta,
+    gdp_epsilon,
+    gdp_mu,
+)
 from pymc_penalty.accounting.theorem1 import Theorem1Schedule, theorem1_schedule
 
 __all__ = [
     "ComposedReleases",
+    "DegenerateDeltaWarning",
     "GDPAccountant",
     "GaussianRelease",
     "PrivacyEvent",

@@ -18,7 +18,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit
 
 from pymc_penalty.accounting._validation import _choice, _integer, _real
-from pymc_penalty.accounting.gdp import _gdp_mu, gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon, _gdp_mu
 
 __all__ = [
     "advanced_composition",
@@ -273,7 +273,7 @@ def _advanced_epsilon(mu: float, count: int, delta: float, per_step: str) -> flo
             if e0 >= 1.0:
                 return math.inf
         else:
-            e0 = gdp_epsilon(delta0, mu)
+            e0 = _gdp_epsilon(mu=mu, delta=delta0)
         return math.sqrt(2.0 * count * -math.log(slack)) * e0 + count * e0 * math.expm1(e0)
 
     grid = np.linspace(-12.0, 12.0, 25)
@@ -337,7 +337,7 @@ def gaussian_epsilon(
     )
     mu_sq = count * mu_step * mu_step
     if accountant == "gdp":
-        return gdp_epsilon(delta, math.sqrt(mu_sq))
+        return _gdp_epsilon(mu=math.sqrt(mu_sq), delta=delta)
     if accountant == "zcdp":
         return zcdp_epsilon(0.5 * mu_sq, delta)
     if accountant == "rdp":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymc_penalty.accounting._validation import _integer, _real
-from pymc_penalty.accounting.gdp import gdp_delta, gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon, gdp_delta
 
 __all__ = [
     "ComposedReleases",
@@ -199,7 +199,7 @@ class GDPAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         """Tight ``epsilon`` at ``delta`` (see :func:`gdp_epsilon`)."""
-        return gdp_epsilon(delta, self.mu)
+        return _gdp_epsilon(mu=self.mu, delta=delta)
 
     def get_delta(self, epsilon: float) -> float:
         """Tight ``delta`` at ``epsilon`` (see :func:`gdp_delta`)."""

@@ -13,6 +13,7 @@ log space so they stay finite far into the tails; :func:`compose_mu` composes.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 
 import numpy as np
@@ -20,8 +21,9 @@ from scipy.optimize import brentq
 from scipy.special import erfcx, erfinv, log_ndtr, ndtri
 
 from pymc_penalty.accounting._validation import _real
+from pymc_penalty.validation import InvalidArgumentError
 
-__all__ = ["compose_mu", "gdp_delta", "gdp_epsilon", "gdp_mu"]
+__all__ = ["DegenerateDeltaWarning", "compose_mu", "gdp_delta", "gdp_epsilon", "gdp_mu"]
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
@@ -120,32 +122,67 @@ def gdp_delta(epsilon: float, mu: float) -> float:
     return min(1.0, math.exp(_log_gdp_delta(epsilon, mu)))
 
 
-def gdp_epsilon(delta: float, mu: float) -> float:
+class DegenerateDeltaWarning(UserWarning):
+    """``delta`` is so large that ``epsilon = 0``: the guarantee says nothing."""
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
     """Smallest ``epsilon`` such that ``mu``-GDP implies ``(epsilon, delta)``-DP.
 
     Inverts :func:`gdp_delta` in ``epsilon`` with Brent's method on
     ``log gdp_delta(epsilon, mu) - log delta``, bracketed in ``[0, mu (mu/2 - Phi^-1(delta))]``
     (at the upper end the first term alone equals ``delta``).  Relative accuracy about 1e-13.
 
+    The argument order is ``(mu, delta)``, as in :func:`classical_gaussian_epsilon` and
+    :func:`zcdp_epsilon` (the mechanism's parameter, then ``delta``). Before 0.2 it was
+    ``(delta, mu)``: calls that pass keywords (``gdp_epsilon(mu=..., delta=...)``) work with
+    both.
+
     Parameters
     ----------
-    delta : float
-        Target ``delta``, in ``(0, 1)``.
     mu : float
         GDP parameter, in ``[0, inf)``.
+    delta : float
+        Target ``delta``, in ``(0, 1)``.
 
     Returns
     -------
     float
-        ``epsilon >= 0``; ``0.0`` when ``delta >= gdp_delta(0, mu)``.
+        ``epsilon >= 0``; ``0.0`` when ``delta >= gdp_delta(0, mu)``, the mechanism's total
+        variation distance. That ``0.0`` comes with a :class:`DegenerateDeltaWarning`: such a
+        ``delta`` protects nothing, and it is what the pre-0.2 order gives when a call such as
+        ``gdp_epsilon(1e-5, 0.5)`` meant ``delta=1e-5, mu=0.5``.
 
     Raises
     ------
     ValueError
-        If an argument is outside its range.
+        If an argument is outside its range (:class:`~pymc_penalty.InvalidArgumentError`).
+        A ``delta`` of 1 or more names the pre-0.2 order as a likely cause.
     """
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     mu = _real("mu", mu, low=0.0)
+    if not isinstance(delta, bool) and isinstance(delta, int | float) and delta >= 1.0:
+        raise InvalidArgumentError(
+            f"`delta` must be a real number in (0, 1); got {delta!r}. The order of "
+            "gdp_epsilon's arguments is (mu, delta) since 0.2 (it was (delta, mu)): pass "
+            "gdp_epsilon(mu=..., delta=...)."
+        )
+    epsilon = _gdp_epsilon(mu, delta)
+    if epsilon == 0.0 and mu > 0.0:
+        warnings.warn(
+            f"gdp_epsilon(mu={mu:g}, delta={delta:g}) is 0: delta is at least the total "
+            f"variation of {mu:g}-GDP, so the guarantee says nothing. The order of the "
+            "arguments is (mu, delta) since 0.2 (it was (delta, mu)); pass them by name.",
+            DegenerateDeltaWarning,
+            stacklevel=2,
+        )
+    return epsilon
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """:func:`gdp_epsilon` without the warning, for the package's own conversions (``0.0`` is
+    a valid answer for a tiny spend, such as a curve's first releases)."""
+    mu = _real("mu", mu, low=0.0)
+    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     if mu == 0.0 or delta >= math.erf(mu / (2.0 * _SQRT2)):
         return 0.0
     log_delta = math.log(delta)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from pymc_penalty.accounting._validation import _integer, _real
-from pymc_penalty.accounting.gdp import gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 
 __all__ = ["Theorem1Schedule", "theorem1_schedule"]
 
@@ -31,7 +31,7 @@ class Theorem1Schedule:
         Noise standard deviation (Theorem 1) or its scale (Corollary 1).
     mu_step : float
         ``c n^-alpha / sigma``: per-release ``Delta / sigma``, for comparison with tight
-        accounting (``gdp_epsilon(delta, sqrt(k) * mu_step)``).
+        accounting (``gdp_epsilon(mu=sqrt(k) * mu_step, delta=delta)``).
     step_epsilon, step_delta : float
         Per-release guarantee from the classical Gaussian bound: ``(c/sigma) n^-alpha
         sqrt(2 beta' log n)`` and ``1.25 n^-beta'`` with ``beta' = 2 alpha + beta``.
@@ -73,7 +73,7 @@ class Theorem1Schedule:
 
         What tight accounting gives for exactly this run, beside the paper's ``epsilon``.
         """
-        return gdp_epsilon(self.delta, math.sqrt(self.k) * self.mu_step)
+        return _gdp_epsilon(mu=math.sqrt(self.k) * self.mu_step, delta=self.delta)
 
 
 def theorem1_schedule(

@@ -25,6 +25,7 @@ from pymc_penalty.model_checks import (
     depends_on_data,
     n_datapoints,
 )
+from pymc_penalty.validation import check_choice, check_integer, check_model_data
 
 __all__ = ["REPORT_KEY", "netcdf_safe", "sample_contaminated"]
 
@@ -97,10 +98,10 @@ def sample_contaminated(
         ``posterior`` only, with ``attrs["contamination_privacy"]`` (a dict; see
         :func:`netcdf_safe` before ``to_netcdf``). Never ``dp_epsilon``.
     """
-    if isinstance(draws, bool) or int(draws) != draws or draws < 1:
-        raise ValueError("`draws` must be a positive integer.")
-    if isinstance(thin, bool) or int(thin) != thin or thin < 1:
-        raise ValueError("`thin` must be a positive integer.")
+    draws = check_integer("draws", draws, low=1)
+    thin = check_integer("thin", thin, low=1)
+    tune = check_integer("tune", tune, low=0)
+    check_choice("statistic", statistic, ("mean", "max"))
     if privacy is not None and not isinstance(privacy, EmpiricalPrivacy):
         raise TypeError("`privacy` must be an EmpiricalPrivacy from estimate_privacy.")
     for key in ("chains", "cores", "draws"):
@@ -108,6 +109,7 @@ def sample_contaminated(
             raise ValueError(f"`{key}` is fixed by sample_contaminated (one chain).")
     model = pm.modelcontext(model)
     tags = _check_model(model)
+    check_model_data(model)
     n = n_datapoints(model)
     with model:
         idata = pm.sample(

@@ -56,6 +56,7 @@ from pymc_penalty.step import (
     PenaltyMetropolisState,
     declare_proposal_stat,
 )
+from pymc_penalty.validation import check_integer, check_model_data, check_real
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
@@ -300,8 +301,12 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if (xi is None) == (mu is None):
             raise ValueError("Give exactly one of `xi` (noise variance) and `mu` (per-step GDP).")
         for arg, val in (("xi", xi), ("mu", mu), ("scaling", scaling)):
-            if val is not None and not (np.isfinite(float(val)) and float(val) > 0):
-                raise ValueError(f"`{arg}` must be a finite positive number.")
+            if val is not None:
+                check_real(arg, val, low=0.0, low_open=True)
+        check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_integer("tune_interval", tune_interval, low=1)
+        if data_bound is not None:
+            check_real("data_bound", data_bound, low=0.0, low_open=True)
         if adapt not in ADAPT_MODES:
             raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
         self.neighbours = Neighbours.parse(neighbours)
@@ -311,6 +316,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
         adds = self.neighbours is Neighbours.ADD_REMOVE
         n = validate_model(model, vars, row_locality=False, add_remove=adds)
+        check_model_data(model, initial_point)  # NaN, inf, values outside the support
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from pymc.blocking import RaveledVars
 
-from pymc_penalty.accounting import gdp_epsilon
+from pymc_penalty.accounting.gdp import _gdp_epsilon
 from pymc_penalty.kernel import (
     clip_count_noise_sd,
     split_step_mu,
@@ -344,4 +344,4 @@ def owner_report(
 
 
 def _epsilon(delta: float, mu: float) -> float:
-    return math.inf if not math.isfinite(mu) else float(gdp_epsilon(delta, mu))
+    return math.inf if not math.isfinite(mu) else float(_gdp_epsilon(mu=mu, delta=delta))
