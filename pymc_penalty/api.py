@@ -192,7 +192,7 @@ def _verdict_after_sampling(idata: az.InferenceData) -> None:
     """Attach the convergence verdict (released draws only) and warn when it is bad."""
     verdict = convergence_verdict(idata)
     idata.attrs.update(verdict)
-    if verdict["dp_convergence"] == "unconverged":
+    if verdict["dp_convergence"] == "not converged":
         warnings.warn(
             f"The private chains have not converged: largest R-hat "
             f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "

@@ -29,6 +29,7 @@ from pymc_penalty.report import DATA_GROUPS
 from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
+    "ESS_GOOD",
     "ESS_MIN",
     "R_HAT_MAX",
     "ConvergenceWarning",
@@ -53,8 +54,11 @@ class ConvergenceWarning(UserWarning):
 
 #: Largest rank-normalised split R-hat of a converged run (Vehtari et al. 2021).
 R_HAT_MAX = 1.01
-#: Smallest bulk effective sample size of a converged run (over all chains).
+#: Smallest bulk effective sample size (over all chains) below which a run has not converged.
 ESS_MIN = 100.0
+#: Bulk ESS from which a run with a good R-hat counts as converged (100 per chain for four
+#: chains, ibid.); between ESS_MIN and this it is "doubtful".
+ESS_GOOD = 400.0
 
 
 def convergence_verdict(idata: az.InferenceData) -> dict[str, Any]:
@@ -62,29 +66,30 @@ def convergence_verdict(idata: az.InferenceData) -> dict[str, Any]:
 
     Returns ``dp_r_hat_max`` (largest R-hat over the posterior's scalar components, NaN with
     one chain), ``dp_ess_bulk_min`` (smallest bulk ESS) and ``dp_convergence``:
-    ``"converged"`` when R-hat <= 1.01 (or one chain) and bulk ESS >= 100, ``"unconverged"``
-    otherwise, ``"unknown"`` without posterior draws. These are flat ``attrs`` entries, so
-    the InferenceData still writes to netCDF.
+    ``"not converged"`` when R-hat > 1.01 or bulk ESS < 100, ``"doubtful"`` when bulk ESS is
+    below 400, ``"converged"`` otherwise, and ``"unknown"`` without posterior draws. These
+    are flat ``attrs`` entries, so the InferenceData still writes to netCDF.
     """
     post = idata.posterior if "posterior" in idata.groups() else None
     if post is None or not post.data_vars or post.sizes.get("draw", 0) < 4:
         return {"dp_r_hat_max": math.nan, "dp_ess_bulk_min": math.nan, "dp_convergence": "unknown"}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # short or single chains: NaN, said in the verdict
         ess = az.ess(post, method="bulk")
         rhat = az.rhat(post) if post.sizes.get("chain", 1) > 1 else None
-    ess_min = min(float(np.nanmin(v.values)) for v in ess.data_vars.values())
-    rhat_max = (
-        math.nan
-        if rhat is None
-        else max(float(np.nanmax(v.values)) for v in rhat.data_vars.values())
-    )
-    good = ess_min >= ESS_MIN and (math.isnan(rhat_max) or rhat_max <= R_HAT_MAX)
-    return {
-        "dp_r_hat_max": rhat_max,
-        "dp_ess_bulk_min": ess_min,
-        "dp_convergence": "converged" if good else "unconverged",
-    }
+    ess_values = np.concatenate([np.ravel(v.values) for v in ess.data_vars.values()])
+    ess_min = float(np.nanmin(ess_values)) if np.isfinite(ess_values).any() else math.nan
+    rhat_max = math.nan
+    if rhat is not None:
+        values = np.concatenate([np.ravel(v.values) for v in rhat.data_vars.values()])
+        rhat_max = float(np.nanmax(values)) if np.isfinite(values).any() else math.nan
+    if not ess_min >= ESS_MIN or rhat_max > R_HAT_MAX:  # NaN ESS: not converged
+        verdict = "not converged"
+    elif ess_min < ESS_GOOD:
+        verdict = "doubtful"
+    else:
+        verdict = "converged"
+    return {"dp_r_hat_max": rhat_max, "dp_ess_bulk_min": ess_min, "dp_convergence": verdict}
 
 
 def privacy_report(idata: az.InferenceData) -> dict[str, Any]:

@@ -11,9 +11,7 @@ as text and renders as HTML in notebooks. Nothing here evaluates the model or re
 from __future__ import annotations
 
 import html as _html
-import json
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,30 +19,21 @@ import arviz as az
 import numpy as np
 
 from pymc_penalty.accounting.gdp import _gdp_epsilon
-from pymc_penalty.diagnostics import phase_costs, privacy_report
+from pymc_penalty.diagnostics import (
+    ESS_GOOD,
+    R_HAT_MAX,
+    convergence_verdict,
+    phase_costs,
+    privacy_report,
+)
 
-__all__ = ["CONVERGED_ESS", "CONVERGED_RHAT", "ReportView", "convergence", "report"]
-
-#: A result counts as converged when the largest R-hat is at most this (Vehtari et al. 2021)
-CONVERGED_RHAT = 1.01
-#: ... and the smallest bulk ESS at least this (100 per chain for 4 chains, ibid.).
-CONVERGED_ESS = 400.0
-#: Beyond either of these the chains have not converged (between them: doubtful).
-_FAILED_RHAT, _FAILED_ESS = 1.1, 100.0
-
-
-def _verdict(r_hat_max: float, ess_bulk_min: float) -> str:
-    if not math.isfinite(ess_bulk_min) or ess_bulk_min < _FAILED_ESS:
-        return "not converged"
-    if math.isfinite(r_hat_max) and r_hat_max > _FAILED_RHAT:
-        return "not converged"
-    rhat_ok = math.isnan(r_hat_max) or r_hat_max <= CONVERGED_RHAT
-    return "converged" if rhat_ok and ess_bulk_min >= CONVERGED_ESS else "doubtful"
+__all__ = ["ReportView", "convergence", "report"]
 
 
 def convergence(idata: az.InferenceData) -> dict[str, Any]:
-    """The convergence verdict: ``idata.attrs["dp_convergence"]`` when the sampler stored
-    one, else computed here from the released posterior (largest R-hat, smallest bulk ESS).
+    """The convergence verdict (:func:`pymc_penalty.convergence_verdict`): the one
+    :func:`pymc_penalty.sample` stored in ``attrs`` (``dp_convergence``, ``dp_r_hat_max``,
+    ``dp_ess_bulk_min``), else computed here from the released posterior.
 
     Returns
     -------
@@ -52,32 +41,16 @@ def convergence(idata: az.InferenceData) -> dict[str, Any]:
         ``r_hat_max``, ``ess_bulk_min``, ``verdict`` (``"converged"``, ``"doubtful"`` or
         ``"not converged"``) and ``source`` (``"sampler"`` or ``"computed by pp.report"``).
     """
-    stored = idata.attrs.get("dp_convergence")
-    if isinstance(stored, str):  # a dict kept as JSON (netCDF attrs hold no dicts)
-        try:
-            stored = json.loads(stored)
-        except ValueError:
-            stored = None
-    if isinstance(stored, dict) and "verdict" in stored:
-        return {**stored, "source": "sampler"}
-    post = idata.posterior
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # short or single chains: NaN, said below
-        rhat = az.rhat(post) if post.sizes.get("chain", 1) > 1 else None
-        ess = az.ess(post, method="bulk")
-    rhat_values = (
-        np.concatenate([np.ravel(rhat[v].values) for v in rhat.data_vars])
-        if rhat is not None and rhat.data_vars
-        else np.array([np.nan])
-    )
-    ess_values = np.concatenate([np.ravel(ess[v].values) for v in ess.data_vars] or [[np.nan]])
-    r_hat_max = float(np.nanmax(rhat_values)) if np.isfinite(rhat_values).any() else math.nan
-    ess_min = float(np.nanmin(ess_values)) if np.isfinite(ess_values).any() else math.nan
+    attrs = idata.attrs
+    if isinstance(attrs.get("dp_convergence"), str) and "dp_ess_bulk_min" in attrs:
+        found, source = attrs, "sampler"
+    else:
+        found, source = convergence_verdict(idata), "computed by pp.report"
     return {
-        "r_hat_max": r_hat_max,
-        "ess_bulk_min": ess_min,
-        "verdict": _verdict(r_hat_max, ess_min),
-        "source": "computed by pp.report",
+        "r_hat_max": float(found["dp_r_hat_max"]),
+        "ess_bulk_min": float(found["dp_ess_bulk_min"]),
+        "verdict": found["dp_convergence"],
+        "source": source,
     }
 
 
@@ -231,9 +204,9 @@ def report(idata: az.InferenceData, *, html: bool = False) -> ReportView | str:
         ("verdict", f"{conv['verdict']} ({conv['source']})"),
         (
             "largest R-hat",
-            f"{_fmt(conv.get('r_hat_max'), '.3g')} (converged: <= {CONVERGED_RHAT:g})",
+            f"{_fmt(conv.get('r_hat_max'), '.3g')} (converged: <= {R_HAT_MAX:g})",
         ),
-        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} (converged: >= {CONVERGED_ESS:g})"),
+        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} (converged: >= {ESS_GOOD:g})"),
     ]
     error = 1.0 / math.sqrt(ess) if math.isfinite(ess) and ess > 0 else math.nan
     utility = [
