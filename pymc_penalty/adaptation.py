@@ -23,9 +23,10 @@ exact posterior as its stationary distribution.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
+from pymc.step_methods.state import equal_dataclass_values
 from scipy.special import ndtri
 
 __all__ = [
@@ -48,23 +49,38 @@ _MAX_REDRAWS = 1000
 
 # Minimum number of accepted moves in a window before its covariance is trusted.
 _MIN_MOVES = 10
-_LOG_SCALING_BOUNDS = (-30.0, 30.0)
+_SCALING_BOUNDS = (float(np.exp(-30.0)), float(np.exp(30.0)))
 # Pseudo-moves per dimension with which a window's correlations are shrunk toward zero.
 _PRIOR_MOVES_PER_DIM = 5.0
 # A window whose mean is this many of its own sds from the pool's mean restarts the pool.
 _TRAVEL_SDS = 2.0
 
 
-@dataclass
-class ProposalAdapter:
+class _FieldwiseEq:
+    """Equality field by field, arrays by value: PyMC compares sampling states with ``==``
+    (``equal_dataclass_values``), which a dataclass holding arrays cannot answer."""
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(
+            equal_dataclass_values(getattr(self, f.name), getattr(other, f.name))
+            for f in fields(self)
+        )
+
+    __hash__ = None  # mutable
+
+
+@dataclass(eq=False)
+class ProposalAdapter(_FieldwiseEq):
     """State of an adaptive multivariate normal random-walk proposal.
 
     Parameters
     ----------
     chol : ndarray, shape (d, d)
         Lower Cholesky factor of the base proposal covariance.
-    log_scaling : float
-        Logarithm of the global scaling applied to ``chol``.
+    scaling : float
+        Global scaling applied to ``chol`` (stored as given, adapted multiplicatively).
     mode : {"full", "diag", "scaling", "none"}
         What adapts during tuning.
     target_accept : float
@@ -74,7 +90,7 @@ class ProposalAdapter:
     """
 
     chol: np.ndarray
-    log_scaling: float
+    scaling: float
     mode: str
     target_accept: float
     window: int
@@ -115,7 +131,7 @@ class ProposalAdapter:
         d = chol.shape[0]
         return cls(
             chol=chol,
-            log_scaling=float(np.log(scaling)),
+            scaling=float(scaling),
             mode=mode,
             target_accept=target_accept,
             window=int(window),
@@ -127,11 +143,6 @@ class ProposalAdapter:
             max_step=float(max_step),
             directions=np.ones(d),
         )
-
-    @property
-    def scaling(self) -> float:
-        """Current global scaling."""
-        return float(np.exp(self.log_scaling))
 
     def propose(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
         """Draw a symmetric move: ``x + scaling * chol @ z`` (block) or one coordinate."""
@@ -168,7 +179,7 @@ class ProposalAdapter:
         self.t_window += 1
         gain = 1.0 / (self.t_window**0.6)
         step = gain * (accept_prob - self.target_accept) * 2.0
-        self.log_scaling = float(np.clip(self.log_scaling + step, *_LOG_SCALING_BOUNDS))
+        self.scaling = float(np.clip(self.scaling * math.exp(step), *_SCALING_BOUNDS))
         if self.mode == "scaling":
             return
         xf = np.asarray(x, dtype=np.float64)
@@ -227,7 +238,7 @@ class ProposalAdapter:
                 chol = None
             if chol is not None and np.all(np.isfinite(chol)) and np.all(np.diag(chol) > 0):
                 self.chol = chol
-                self.log_scaling = 0.0
+                self.scaling = 1.0
         self.window *= 2
         self.t_window = 0
         self.moves = 0
@@ -281,8 +292,8 @@ def starting_clip(n_rows: float | None, target_fraction: float = CLIP_TARGET_FRA
     return float(-ndtri(target_fraction / 2.0) / math.sqrt(n_rows))
 
 
-@dataclass
-class ClipAdapter:
+@dataclass(eq=False)
+class ClipAdapter(_FieldwiseEq):
     """The clip constant found from the noisy clipped counts released during tuning.
 
     Every penalty step releases a noisy count of the rows it clipped (``dp_clipped_count``,

@@ -557,6 +557,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             )
         self._untuned_clip_adapter = deepcopy(self.clip_adapter)
         self._clip_chol = adapter.chol
+        # The last step's tuning update, applied at the start of the next step if it tunes.
+        self._pending_tuning: tuple | None = None
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments
         )
@@ -593,7 +595,15 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
-        """Draw a proposal in the input dtype; return it with the length its bound scales by."""
+        """Draw a proposal in the input dtype; return it with the length its bound scales by.
+
+        The previous step's tuning update is applied here, at the start of a step that still
+        tunes (as ``pm.Metropolis`` tunes at the start of its step): the first draw after
+        tuning then uses exactly the proposal and clip the last tuning draw recorded.
+        """
+        if self.tune:
+            self._apply_pending_tuning()
+        self._pending_tuning = None
         x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
         diff = np.asarray(x1, dtype=np.float64) - x0
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
@@ -622,8 +632,18 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             x_new = x0
         self.adapter.after_decision(decision.accepted)
         if self.tune:
-            self.adapter.update(x_new, decision.accept_prob, decision.accepted)
+            self._pending_tuning = (x_new, decision.accept_prob, decision.accepted, None)
         return x_new, decision
+
+    def _apply_pending_tuning(self) -> None:
+        """Adapt the proposal (and a found clip) to the previous step's released outcome."""
+        pending = self._pending_tuning
+        if pending is None:
+            return
+        x_new, accept_prob, accepted, count = pending
+        self.adapter.update(x_new, accept_prob, accepted)
+        if count is not None and self.clip_adapter is not None:
+            self._adapt_clip(*count)
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised Metropolis step in the raveled parameter space."""
@@ -666,8 +686,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
 
         x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
-        if self.tune and self.clip_adapter is not None:
-            self._adapt_clip(clipped_count, count_sd)
+        if self._pending_tuning is not None and self.clip_adapter is not None:
+            self._pending_tuning = (*self._pending_tuning[:3], (clipped_count, count_sd))
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
@@ -695,6 +715,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     def reset_tuning(self) -> None:
         """Restore the proposal and, with ``clip="auto"``, the clip to their untuned state."""
         super().reset_tuning()
+        self._pending_tuning = None
         if self._untuned_clip_adapter is not None:
             self.clip_adapter = deepcopy(self._untuned_clip_adapter)
             self.clip = self.clip_adapter.clip

@@ -86,10 +86,10 @@ def test_scaling_moves_toward_target_acceptance():
     for _ in range(50):
         ad.update(np.zeros(3), 0.0, False)
     assert ad.scaling < 0.1
-    low = ad.log_scaling
+    low = ad.scaling
     for _ in range(50):
         ad.update(np.zeros(3), 1.0, True)
-    assert ad.log_scaling > low
+    assert ad.scaling > low
 
 
 def test_covariance_window_learns_the_shape():
@@ -100,7 +100,7 @@ def test_covariance_window_learns_the_shape():
         ad.update(rng.normal(size=3) * scales, 0.234, True)
     learned_sd = np.sqrt(np.diag(ad.chol @ ad.chol.T)) / (2.38 / np.sqrt(3))
     np.testing.assert_allclose(learned_sd, scales, rtol=0.15)
-    assert ad.window == 1000 and ad.log_scaling == 0.0
+    assert ad.window == 1000 and ad.scaling == 1.0
 
 
 def test_window_without_moves_keeps_the_old_proposal():

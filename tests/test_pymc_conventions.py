@@ -1,0 +1,72 @@
+"""PyMC's step-method conventions that PenaltyMetropolis keeps (the redesign issue's list)."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.step_methods.state import equal_dataclass_values
+
+from pymc_penalty import PenaltyMetropolis
+
+
+def _model():
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=300)
+    model = pm.Model()
+    with model:
+        m = pm.Normal("m", 0.0, 5.0, shape=2)
+        pm.Normal("y", m.sum(), 1.0, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("clip", [1.0, "auto"])
+def test_tuning_is_reset_per_chain_and_the_last_tuned_values_are_the_ones_used(clip):
+    # As PyMC's own tuning-reset test for pm.Metropolis: with cores=1 one step instance runs
+    # every chain; each chain starts from the untuned scaling (exactly as given) and samples
+    # with exactly the value its last tuning draw recorded.
+    with _model():
+        step = PenaltyMetropolis(noise_sd=1.0, clip=clip, clip_mode="metric", scaling=0.1)
+        idata = pm.sample(
+            draws=50,
+            tune=120,
+            chains=3,
+            cores=1,
+            step=step,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    names = ["scaling"] + (["dp_clip"] if clip == "auto" else [])
+    for name in names:
+        warm = idata.warmup_sample_stats[name].values
+        post = idata.sample_stats[name].values
+        for c in range(3):
+            assert warm[c, 0] == (0.1 if name == "scaling" else step._untuned_clip_adapter.clip)
+            assert warm[c, -1] != warm[c, 0]  # it tuned
+            np.testing.assert_array_equal(post[c], warm[c, -1])
+
+
+def test_sampling_state_round_trips_and_compares():
+    with _model():
+        step = PenaltyMetropolis(noise_sd=1.0, clip="auto", clip_mode="metric")
+        pm.sample(
+            draws=5,
+            tune=30,
+            chains=1,
+            step=step,
+            progressbar=False,
+            random_seed=2,
+            compute_convergence_checks=False,
+        )
+    state = step.sampling_state
+    assert equal_dataclass_values(state, step.sampling_state)  # crashed on plain dataclasses
+    step.reset_tuning()
+    assert not equal_dataclass_values(state, step.sampling_state)
+    step.sampling_state = state
+    assert equal_dataclass_values(state, step.sampling_state)
+    assert step.clip == state.clip
+
+
+def test_scaling_comes_back_exactly():
+    with _model():
+        step = PenaltyMetropolis(noise_sd=1.0, scaling=0.1)
+    assert step.adapter.scaling == 0.1
