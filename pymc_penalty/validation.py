@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -313,6 +314,23 @@ def _container_name(model: Any, var: Any) -> str:
     return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
 
 
+# The compiled elementwise log-likelihood per model: compiled once, however often a model is
+# checked (an audit builds hundreds of warm starts on one model). Data containers are shared
+# variables read at call time, so the cached function sees data swapped by pm.set_data.
+_LOGLIK_FNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _elementwise_loglik_fn(model: Any) -> Any:
+    # Keyed also by the model's variables: a model extended after a check is compiled again.
+    key = (tuple(model.observed_RVs), tuple(model.value_vars))
+    cached = _LOGLIK_FNS.get(model)
+    if cached is None or cached[0] != key:
+        terms = model.logp(vars=model.observed_RVs, sum=False)
+        fn = model.compile_fn(terms, inputs=model.value_vars, on_unused_input="ignore")
+        cached = _LOGLIK_FNS[model] = (key, fn)
+    return cached[1]
+
+
 def check_model_data(model: Any, point: Mapping[str, Any] | None = None) -> None:
     """Refuse data that cannot be analysed, before anything is compiled for sampling.
 
@@ -351,9 +369,7 @@ def check_model_data(model: Any, point: Mapping[str, Any] | None = None) -> None
         return
     if point is None:
         point = model.initial_point()
-    terms = model.logp(vars=model.observed_RVs, sum=False)
-    fn = model.compile_fn(terms, inputs=model.value_vars, on_unused_input="ignore")
-    values = fn(point)
+    values = _elementwise_loglik_fn(model)(point)
     for rv, term in zip(model.observed_RVs, values, strict=True):
         if not bool(np.all(np.isfinite(np.asarray(term)))):
             raise InvalidDataError(

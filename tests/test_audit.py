@@ -402,7 +402,9 @@ def test_small_audit_is_fast_restores_the_step_and_prints_no_data():
     result = pa.audit_step(
         factory, Y1, record=HIGH1, point=PAIR1[0], proposal=PAIR1[1], runs=500, label="small"
     )
-    assert time.perf_counter() - start < 30.0
+    # A guard against rebuilding the step per run (minutes), loose enough for a loaded
+    # 2-core CI machine: speed itself is measured in benchmarks, not here.
+    assert time.perf_counter() - start < 120.0
     for step, adapter, ledger, tune in made:
         assert step.adapter is adapter and step.ledger is ledger and step.tune == tune
     text = str(result)
