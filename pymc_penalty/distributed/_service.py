@@ -189,18 +189,23 @@ class OwnerService:
         x0s: np.ndarray,
         x1s: np.ndarray,
         bounds: np.ndarray,
-        sigma: float,
+        sigma: np.ndarray | float,
         count_sd: float,
         mu2: np.ndarray,
     ) -> dict[str, Any]:
         """Release every chain's noisy clipped sum (and clip count) for step ``(run, step)``.
 
+        ``sigma`` is the noise sd of the clipped sum, one per chain (or one for all).
         Returns ``{"released": bool, "sums": (chains,), "counts": (chains,)}``; ``released``
         is False (and nothing is computed) when the owner's budget cannot pay.
         """
-        x0s, x1s = np.atleast_2d(x0s), np.atleast_2d(x1s)
+        # Own, writeable, aligned copies: arrays deserialised from a message may be views of
+        # a read-only buffer, which the compiled function refuses.
+        x0s = np.array(np.atleast_2d(x0s), dtype=np.float64, order="C")
+        x1s = np.array(np.atleast_2d(x1s), dtype=np.float64, order="C")
         bounds, mu2 = np.atleast_1d(bounds), np.atleast_1d(mu2)
-        digest = _digest(x0s, x1s, bounds, np.array([sigma, count_sd]), mu2)
+        sigmas = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (x0s.shape[0],))
+        digest = _digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
         key = (str(run), int(step))
         retried = key in self._journal
         if retried and self._journal[key] != digest:
@@ -230,7 +235,7 @@ class OwnerService:
             ll0 = self._terms(c, x0s[c])
             ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
             self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
-            sums[c] = clipped_sum + sigma * noise.standard_normal()
+            sums[c] = clipped_sum + sigmas[c] * noise.standard_normal()
             z = noise.standard_normal()
             counts[c] = n_clipped + count_sd * z if math.isfinite(count_sd) else math.nan
         return {"released": True, "sums": sums, "counts": counts}

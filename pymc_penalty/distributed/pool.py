@@ -241,8 +241,10 @@ class OwnerPool:
             Current points and proposals.
         bounds : ndarray, shape (chains,)
             Clip bounds.
-        sigmas, count_sds : ndarray, shape (owners,)
-            Each owner's noise sd for its clipped sum and its clip count (``inf``: none).
+        sigmas : ndarray, shape (owners,) or (owners, chains)
+            Each owner's noise sd for its clipped sum (per chain, or one for all chains).
+        count_sds : ndarray, shape (owners,)
+            Each owner's noise sd for its clip count (``inf``: none).
         mu2 : ndarray, shape (owners, chains)
             What each release costs each owner (charged on the owner's side first).
         step : int, optional
@@ -256,9 +258,13 @@ class OwnerPool:
         """
         step = self._step if step is None else int(step)
         self._step = max(self._step, step + 1)
+        sigmas = np.asarray(sigmas, dtype=np.float64)
+        if sigmas.ndim == 1:
+            sigmas = sigmas[:, None]
+        sigmas = np.broadcast_to(sigmas, (len(self._actors), np.atleast_2d(x0s).shape[0]))
         calls = [
             actor.release(
-                self.run, step, x0s, x1s, bounds, float(sigmas[k]), float(count_sds[k]), mu2[k]
+                self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
             )
             for k, actor in enumerate(self._actors)
         ]
