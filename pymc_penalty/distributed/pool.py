@@ -223,6 +223,16 @@ class OwnerPool:
                 f"{self._spent_text(exclude=owner)}"
             ) from None
 
+    def _call(self, owner: Owner, what: str, send: Callable[[], Any]) -> Any:
+        """Send a call; an actor whose worker is already known lost raises OwnerError."""
+        try:
+            return send()
+        except Exception as exc:  # noqa: BLE001 - Dask raises RuntimeError for a lost actor
+            raise OwnerError(
+                f"Owner {owner.name!r} failed to {what} ({type(exc).__name__}: its worker is "
+                f"lost); the run stops. {self._spent_text(exclude=owner)}"
+            ) from None
+
     def release(
         self,
         x0s: np.ndarray,
@@ -263,10 +273,14 @@ class OwnerPool:
             sigmas = sigmas[:, None]
         sigmas = np.broadcast_to(sigmas, (len(self._actors), np.atleast_2d(x0s).shape[0]))
         calls = [
-            actor.release(
-                self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
+            self._call(
+                owner,
+                f"release step {step}",
+                lambda actor=actor, k=k: actor.release(
+                    self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
+                ),
             )
-            for k, actor in enumerate(self._actors)
+            for k, (owner, actor) in enumerate(zip(self.owners, self._actors, strict=True))
         ]
         replies = [
             self._answer(owner, call, f"release step {step}")
@@ -279,7 +293,9 @@ class OwnerPool:
     def spent(self) -> dict[str, dict[str, float]]:
         """Each owner's ledger as the owner reports it."""
         return {
-            owner.name: self._answer(owner, actor.spent(), "report its ledger")
+            owner.name: self._answer(
+                owner, self._call(owner, "report its ledger", actor.spent), "report its ledger"
+            )
             for owner, actor in zip(self.owners, self._actors, strict=True)
         }
 

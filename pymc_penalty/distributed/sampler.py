@@ -21,6 +21,7 @@ import json
 import math
 import os
 import secrets
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -303,8 +304,11 @@ def sample(
             compile_kwargs=compile_kwargs,
             run=run,
         )
-    elif run is not None and pool.run != run:
-        raise ValueError("`pool` was started for another run id than `run`.")
+    else:  # a pool the caller started: this run gets its own step ids
+        if [o.name for o in owners] != [o.name for o in pool.owners]:
+            raise ValueError("`owners` must be the owners `pool` was started with.")
+        pool.run = run or uuid.uuid4().hex
+        pool._step = 0
     try:
         if resumed is None:
             mu_run = calibrate(
