@@ -58,8 +58,17 @@ def _model(y: np.ndarray | None = None) -> pm.Model:
 
 
 def _owners(tmp_path, n: int = 2, epsilon: float = EPS) -> list[Owner]:
+    # site1 (the one killed below) syncs every charge: a killed owner's unused reservation
+    # would stay counted, and the test checks exact totals.
     return [
-        Owner(f"site{k}", _loader(k), tmp_path / f"site{k}.ledger", epsilon=epsilon, delta=DELTA)
+        Owner(
+            f"site{k}",
+            _loader(k),
+            tmp_path / f"site{k}.ledger",
+            epsilon=epsilon,
+            delta=DELTA,
+            reserve_fraction=0.05 if k == 0 else 0.0,
+        )
         for k in range(n)
     ]
 

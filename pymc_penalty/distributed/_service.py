@@ -99,6 +99,8 @@ class OwnerService:
         The owner's ledger file (the secret and the journal are kept beside it).
     budget_mu : float
         The owner's Gaussian-DP budget.
+    reserve_fraction : float
+        Its ledger's reservation share (see :class:`~pymc_penalty.PrivacyLedger`).
     driver_pid : int
         The driver's process id: the rows are refused if this is the driver's process.
     compile_kwargs : dict, optional
@@ -113,6 +115,7 @@ class OwnerService:
         loader: Any,
         ledger_path: str,
         budget_mu: float,
+        reserve_fraction: float,
         driver_pid: int,
         compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -152,9 +155,9 @@ class OwnerService:
         self._n = lengths.pop()
         ledger = Path(ledger_path)
         self._ledger = (
-            PrivacyLedger.open(ledger, reserve_fraction=0.0)
+            PrivacyLedger.open(ledger, reserve_fraction=reserve_fraction)
             if ledger.exists()
-            else PrivacyLedger(budget_mu, ledger, reserve_fraction=0.0)
+            else PrivacyLedger(budget_mu, ledger, reserve_fraction=reserve_fraction)
         )
         self._secret = _secret(ledger.with_name(ledger.name + ".key"))
         self._journal_path = ledger.with_name(ledger.name + ".journal")
@@ -175,7 +178,9 @@ class OwnerService:
         return self.name
 
     def spent(self) -> dict[str, float]:
-        """The owner's own ledger: budget, spent and releases (public figures)."""
+        """The owner's own ledger: budget, spent and releases (public figures); its unused
+        reservation is returned first, so the figures are exact."""
+        self._ledger.release_unused()
         return {
             "budget_mu": self._ledger.budget_mu,
             "spent_mu2": self._ledger.spent_mu2,
@@ -221,10 +226,10 @@ class OwnerService:
                 )
             if not self._ledger.try_spend(float(np.sum(mu2))):
                 return {"released": False, "sums": None, "counts": None}
+            # Flushed, not synced: the charge above is what must survive (the ledger syncs
+            # it); a journal line lost to a power failure only makes a retry pay again.
             with open(self._journal_path, "a") as f:
                 f.write(json.dumps({"run": key[0], "step": key[1], "digest": digest}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
             self._journal[key] = digest
             self._last[key[0]] = key[1]
         # The budget is committed (now or when the id was first seen): the rows may be read.

@@ -148,10 +148,13 @@ class _Journal:
         else:
             self.runs[entry["run"]] = entry
         if self.path is not None:
+            # A step line is flushed, not synced: the ledger's charge is what must survive; a
+            # line lost to a power failure only makes a resumed run charge that step again.
             with open(self.path, "a") as f:
                 f.write(json.dumps(entry) + "\n")
                 f.flush()
-                os.fsync(f.fileno())
+                if "step" not in entry:
+                    os.fsync(f.fileno())
 
 
 def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np.ndarray]):
@@ -282,9 +285,7 @@ def sample(
     if ledger_path is None and run is not None:
         raise ValueError("`run` (resume) needs the `ledger_path` of the stopped run.")
     ledger = (
-        PrivacyLedger(budget.mu, reserve_fraction=0.0)
-        if ledger_path is None
-        else PrivacyLedger(budget.mu, ledger_path, reserve_fraction=0.0)
+        PrivacyLedger(budget.mu) if ledger_path is None else PrivacyLedger(budget.mu, ledger_path)
     )
     journal = _Journal(None if ledger_path is None else Path(str(ledger_path) + ".runs"))
     if run is not None and run not in journal.runs:
