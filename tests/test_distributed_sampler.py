@@ -100,7 +100,8 @@ def test_the_distributed_posterior_matches_in_process_and_no_row_array_reaches_t
 
     monkeypatch.setattr(OwnerPool, "_answer", spy)
     kwargs = dict(epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP)
-    dist = dsample(_owners(tmp_path), model=_model(), random_seed=11, **kwargs)
+    # Through pp.sample's hook: the same call as in-process, with the owners.
+    dist = pp.sample(owners=_owners(tmp_path), model=_model(), random_seed=11, **kwargs)
     monkeypatch.setattr(OwnerPool, "_answer", original)
 
     def arrays(obj):
@@ -193,3 +194,20 @@ def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_pat
     assert driver == pytest.approx(steps * chains * mu2.max(), rel=1e-9)
     assert idata.posterior.sizes["draw"] == kwargs["draws"]
     assert idata.attrs["dp_releases"] == steps * chains
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"warm_start": 0.2}, "`warm_start` is not available with `owners`"),
+        ({"keep_data": True}, "`keep_data` is not available"),
+        ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
+        ({"step_kwargs": {"proposal": "guided"}}, r"`step_kwargs` \['proposal'\]"),
+    ],
+)
+def test_pp_sample_refuses_what_has_no_meaning_with_owners_before_anything_starts(
+    tmp_path, extra, match
+):
+    with pytest.raises(ValueError, match=match):
+        pp.sample(owners=_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **extra)
+    assert not any(tmp_path.iterdir())  # no ledger, no owner started

@@ -45,7 +45,7 @@ from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity, step_length
 from pymc_penalty.variants.owners import owner_report
 
-__all__ = ["DistributedSamplingError", "owner_noise", "sample"]
+__all__ = ["DistributedSamplingError", "from_pp_sample", "owner_noise", "sample"]
 
 
 class DistributedSamplingError(OwnerError):
@@ -524,3 +524,50 @@ def _owner_guarantees(
         "dp_epsilon_vs_outsider": parties["epsilon_vs_outsider"],
         "dp_run_id": pool.run,
     }
+
+
+#: pp.sample's arguments that carry over to the distributed sampler as they are.
+_CARRIED = (
+    "owners",
+    "cluster",
+    "epsilon",
+    "delta",
+    "draws",
+    "tune",
+    "chains",
+    "neighbours",
+    "clip",
+    "clip_mode",
+    "clip_count_share",
+    "ledger_path",
+    "model",
+    "random_seed",
+    "run",
+    "timeout",
+)
+#: ``step_kwargs`` the distributed sampler takes.
+_STEP_KWARGS = ("S", "scaling", "adapt", "target_accept", "tune_interval", "compile_kwargs")
+#: pp.sample's own arguments at their defaults (anything else is refused with owners).
+_DEFAULTS = {"warm_start": 0.0, "warm_start_clip": None, "warm_start_steps": 8, "keep_data": False}
+
+
+def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
+    """``pp.sample(..., owners=[...], cluster=...)``: check that every argument has a meaning
+    here (a clear error naming it otherwise, before anything starts), then :func:`sample`."""
+    kwargs = {k: args[k] for k in _CARRIED if k in args}
+    for name, default in _DEFAULTS.items():
+        if args.get(name, default) != default:
+            raise ValueError(f"`{name}` is not available with `owners` (distributed sampling).")
+    step_kwargs = dict(args.get("step_kwargs") or {})
+    unknown = sorted(set(step_kwargs) - set(_STEP_KWARGS))
+    if unknown:
+        raise ValueError(
+            f"`step_kwargs` {unknown} are not available with `owners`; accepted: {_STEP_KWARGS}."
+        )
+    rest = set(args) - set(_CARRIED) - set(_DEFAULTS) - {"step_kwargs", "progressbar"}
+    if rest:
+        raise ValueError(
+            f"{sorted(rest)} are pm.sample arguments, not available with `owners`; "
+            "see pymc_penalty.distributed.sample."
+        )
+    return sample(**kwargs, **step_kwargs)
