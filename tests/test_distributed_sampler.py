@@ -211,3 +211,11 @@ def test_pp_sample_refuses_what_has_no_meaning_with_owners_before_anything_start
     with pytest.raises(ValueError, match=match):
         pp.sample(owners=_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **extra)
     assert not any(tmp_path.iterdir())  # no ledger, no owner started
+
+
+def test_a_run_whose_relation_costs_owners_more_than_declared_is_refused_before_starting(
+    tmp_path,
+):
+    with pytest.raises(ValueError, match="protects 'substitute' neighbours"):
+        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, neighbours="add_remove")
+    assert not any(tmp_path.iterdir())

@@ -101,6 +101,10 @@ class OwnerService:
         The owner's Gaussian-DP budget.
     reserve_fraction : float
         Its ledger's reservation share (see :class:`~pymc_penalty.PrivacyLedger`).
+    factor : float
+        The sensitivity of the owner's clipped sum in units of the bound (2 under the owner's
+        substitute-one relation, 1 under add/remove-one): the owner's own check of what a
+        release's noise costs.
     driver_pid : int
         The driver's process id: the rows are refused if this is the driver's process.
     compile_kwargs : dict, optional
@@ -116,12 +120,14 @@ class OwnerService:
         ledger_path: str,
         budget_mu: float,
         reserve_fraction: float,
+        factor: float,
         driver_pid: int,
         compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if os.getpid() == driver_pid:
             raise OwnerSideError(f"Owner {name!r}: its rows would load in the driver's process.")
         self.name = name
+        self._factor = float(factor)
         model = cloudpickle.loads(model_bytes)
         containers = {v.name: v for v in model.data_vars}
         rows = load_rows(loader)
@@ -219,6 +225,7 @@ class OwnerService:
                 "a step id is used once."
             )
         if not retried:
+            self._check_cost(bounds, sigmas, count_sd, mu2)
             if key[1] <= self._last.get(key[0], -1):
                 raise OwnerSideError(
                     f"Owner {self.name!r}: step ids must increase; {key} comes after "
@@ -246,6 +253,22 @@ class OwnerService:
         return {"released": True, "sums": sums, "counts": counts}
 
     # --- internals ---------------------------------------------------------------------
+
+    def _check_cost(
+        self, bounds: np.ndarray, sigmas: np.ndarray, count_sd: float, mu2: np.ndarray
+    ) -> None:
+        """Refuse a release whose declared cost is below what its noise costs the owner's
+        rows: ``(factor * B_c / sigma_c)^2 + 1 / count_sd^2`` per chain. The owner's ledger
+        then never rests on the driver's arithmetic."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ll = np.where(bounds > 0, (self._factor * bounds / sigmas) ** 2, 0.0)
+        count = 1.0 / count_sd**2 if math.isfinite(count_sd) else 0.0
+        implied = np.nan_to_num(ll + count, nan=math.inf)
+        if mu2.shape != implied.shape or np.any(mu2 < implied * (1.0 - 1e-9)):
+            raise OwnerSideError(
+                f"Owner {self.name!r}: a release's declared cost is below what its noise "
+                "costs under the owner's neighbour relation; nothing was charged or released."
+            )
 
     def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
         """Per-row terms at a chain's current point: from the cache (the last call's current

@@ -27,6 +27,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.budget import PrivacyBudget
+from pymc_penalty.sensitivity import Neighbours
 
 __all__ = ["Owner", "OwnerError", "OwnerPool"]
 
@@ -57,6 +58,10 @@ class Owner:
         kept beside it. Reuse it to resume a run: nothing is charged twice or forgotten.
     epsilon, delta : float
         The owner's own budget (Gaussian DP, converted to mu).
+    neighbours : {"substitute", "add_remove"}, default "substitute"
+        The neighbour relation the owner protects. The owner checks every release's declared
+        cost against its noise under this relation and refuses one that costs more than
+        declared.
     reserve_fraction : float, default 0.05
         Share of the owner's uncommitted budget its ledger reserves at a time (see
         :class:`~pymc_penalty.PrivacyLedger`): a release served from the reservation needs no
@@ -70,6 +75,7 @@ class Owner:
     epsilon: float
     delta: float
     reserve_fraction: float = 0.05
+    neighbours: str = "substitute"
     budget_mu: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +85,7 @@ class Owner:
             raise ValueError(f"Owner {self.name!r}: `loader` must be a callable or a path.")
         if not isinstance(self.ledger_path, str | os.PathLike) or not str(self.ledger_path):
             raise ValueError(f"Owner {self.name!r}: `ledger_path` must be a file path.")
+        Neighbours.parse(self.neighbours)  # ValueError naming the choices
         rf = self.reserve_fraction
         if isinstance(rf, bool) or not isinstance(rf, int | float) or not 0.0 <= rf <= 1.0:
             raise ValueError(f"Owner {self.name!r}: `reserve_fraction` must be in [0, 1].")
@@ -193,6 +200,7 @@ class OwnerPool:
                     str(owner.ledger_path),
                     owner.budget_mu,
                     float(owner.reserve_fraction),
+                    Neighbours.parse(owner.neighbours).factor,
                     os.getpid(),
                     compile_kwargs,
                     actor=True,

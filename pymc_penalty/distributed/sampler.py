@@ -293,6 +293,13 @@ def sample(
     resumed = journal.runs.get(run) if run is not None else None
     config = _Config(budget, ledger, relation, float(clip), mode, model)
 
+    for owner in owners:
+        if Neighbours.parse(owner.neighbours).factor > relation.factor:
+            raise ValueError(
+                f"Owner {owner.name!r} protects {owner.neighbours!r} neighbours, which cost more "
+                f"per release than `neighbours`={relation.value!r}: run with "
+                f"neighbours={owner.neighbours!r}."
+            )
     own_pool = pool is None
     if own_pool:
         pool = OwnerPool(
