@@ -219,3 +219,22 @@ def test_a_run_whose_relation_costs_owners_more_than_declared_is_refused_before_
     with pytest.raises(ValueError, match="protects 'substitute' neighbours"):
         dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, neighbours="add_remove")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"clip": 0.0}, "`clip`"),
+        ({"scaling": -1.0}, "`scaling`"),
+        ({"target_accept": 1.5}, "`target_accept`"),
+        ({"tune_interval": 0}, "`tune_interval`"),
+        ({"adapt": "nope"}, "`adapt`"),
+        ({"clip_count_share": 1.0}, "`clip_count_share`"),
+        ({"S": np.ones(3)}, "`S`"),
+        ({"run": "r1"}, "`run`"),
+    ],
+)
+def test_bad_arguments_are_named_before_anything_starts(tmp_path, bad, match):
+    with pytest.raises(ValueError, match=match):
+        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **bad)
+    assert not any(tmp_path.iterdir())

@@ -168,9 +168,34 @@ def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np
     return lambda x: float(fn(x))
 
 
-def _check_args(draws: int, tune: int, chains: int, clip: float, share: float, adapt: str) -> None:
-    if not (isinstance(clip, int | float) and math.isfinite(clip) and clip > 0):
+def _positive_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _check_args(
+    draws: int,
+    tune: int,
+    chains: int,
+    clip: float,
+    share: float,
+    adapt: str,
+    scaling: float,
+    target_accept: float,
+    tune_interval: int,
+) -> None:
+    if not _positive_number(clip):
         raise ValueError("`clip` must be a finite positive number, in (0, inf).")
+    if not _positive_number(scaling):
+        raise ValueError("`scaling` must be a finite positive number, in (0, inf).")
+    if not (isinstance(target_accept, int | float) and 0.0 < target_accept < 1.0):
+        raise ValueError("`target_accept` must be in (0, 1).")
+    if isinstance(tune_interval, bool) or not isinstance(tune_interval, int) or tune_interval < 1:
+        raise ValueError("`tune_interval` must be a positive integer.")
     if not 0.0 <= float(share) < 1.0:
         raise ValueError("`clip_count_share` must be in [0, 1).")
     if adapt not in ADAPT_MODES:
@@ -271,7 +296,9 @@ def sample(
     model = pm.modelcontext(model)
     budget = PrivacyBudget(float(epsilon), float(delta))
     plan = RunPlan(int(draws), int(tune), int(chains))
-    _check_args(draws, tune, chains, clip, clip_count_share, adapt)
+    _check_args(
+        draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept, tune_interval
+    )
     relation = Neighbours.parse(neighbours)
     mode = ClipMode.parse(clip_mode)
     share = float(clip_count_share)
