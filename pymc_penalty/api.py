@@ -323,6 +323,8 @@ def sample(
     keep_data: bool = False,
     step_kwargs: dict[str, Any] | None = None,
     model: pm.Model | None = None,
+    owners: Any = None,
+    cluster: Any = None,
     **pm_sample_kwargs: Any,
 ) -> az.InferenceData:
     """Draw a differentially private posterior sample with a privacy report.
@@ -377,6 +379,9 @@ def sample(
     step_kwargs : dict, optional
         More :class:`PenaltyMetropolis` arguments (``S``, ``adapt``, ``target_accept``, ...).
     model : pm.Model, optional
+    owners, cluster : optional
+        Several data owners on a Dask cluster: a list of
+        :class:`pymc_penalty.distributed.Owner`; see :func:`pymc_penalty.distributed.sample`.
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
 
@@ -394,6 +399,11 @@ def sample(
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
+    if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
+        args = dict(locals(), **pm_sample_kwargs)
+        from pymc_penalty.distributed.sampler import from_pp_sample
+
+        return from_pp_sample({k: v for k, v in args.items() if k != "pm_sample_kwargs"})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(
             "`return_inferencedata` must be True: the privacy report lives in InferenceData."

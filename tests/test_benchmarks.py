@@ -60,6 +60,19 @@ def check_expfam(res: dict) -> None:
     assert all(_positive(v) for v in res["speedup_vs_general"].values())
 
 
+def check_owners(res: dict) -> None:
+    rows = res["rows"]
+    assert {(r["owners"], r["n_k"], r["chains"]) for r in rows} >= {(2, 1000, 1), (2, 1000, 16)}
+    for r in rows:
+        assert all(_positive(r[k]) for k in ("inproc_ms_per_proposal", "dist_ms_per_step"))
+        # Per proposal is per step over the chains; the ratio and the extra follow from them.
+        assert r["dist_ms_per_proposal"] == pytest.approx(r["dist_ms_per_step"] / r["chains"])
+        assert r["ratio"] == pytest.approx(r["dist_ms_per_proposal"] / r["inproc_ms_per_proposal"])
+        assert r["extra_ms_per_proposal"] == pytest.approx(
+            r["dist_ms_per_proposal"] - r["inproc_ms_per_proposal"]
+        )
+
+
 def check_recycling(res: dict) -> None:
     assert res, "no model measured"
     for model, row in res.items():
@@ -136,6 +149,7 @@ CHECKS = {
     "contamination": check_contamination,
     "utility": check_utility,
     "expfam": check_expfam,
+    "owners": check_owners,
     "recycling": check_recycling,
     "speed": check_speed,
 }

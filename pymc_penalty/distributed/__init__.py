@@ -2,11 +2,20 @@
 
 Each owner's rows live on its own worker process and never reach the driver: the owner
 loads them, compiles the model there, keeps the per-row cache, draws its own noise and
-charges its own ledger before it reads a row. See :class:`OwnerPool`.
+charges its own ledger before it reads a row. See :class:`OwnerPool`, and :func:`sample` for
+the penalty chain (Algorithm 2) driven through it.
 
 Needs the ``distributed`` extra: ``pip install 'pymc-penalty[distributed]'``.
 """
 
 from pymc_penalty.distributed.pool import Owner, OwnerError, OwnerPool
+from pymc_penalty.distributed.sampler import DistributedSamplingError, owner_noise, sample
 
-__all__ = ["Owner", "OwnerError", "OwnerPool"]
+__all__ = [
+    "DistributedSamplingError",
+    "Owner",
+    "OwnerError",
+    "OwnerPool",
+    "owner_noise",
+    "sample",
+]

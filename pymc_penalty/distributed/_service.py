@@ -99,6 +99,12 @@ class OwnerService:
         The owner's ledger file (the secret and the journal are kept beside it).
     budget_mu : float
         The owner's Gaussian-DP budget.
+    reserve_fraction : float
+        Its ledger's reservation share (see :class:`~pymc_penalty.PrivacyLedger`).
+    factor : float
+        The sensitivity of the owner's clipped sum in units of the bound (2 under the owner's
+        substitute-one relation, 1 under add/remove-one): the owner's own check of what a
+        release's noise costs.
     driver_pid : int
         The driver's process id: the rows are refused if this is the driver's process.
     compile_kwargs : dict, optional
@@ -113,12 +119,15 @@ class OwnerService:
         loader: Any,
         ledger_path: str,
         budget_mu: float,
+        reserve_fraction: float,
+        factor: float,
         driver_pid: int,
         compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if os.getpid() == driver_pid:
             raise OwnerSideError(f"Owner {name!r}: its rows would load in the driver's process.")
         self.name = name
+        self._factor = float(factor)
         model = cloudpickle.loads(model_bytes)
         containers = {v.name: v for v in model.data_vars}
         rows = load_rows(loader)
@@ -152,9 +161,9 @@ class OwnerService:
         self._n = lengths.pop()
         ledger = Path(ledger_path)
         self._ledger = (
-            PrivacyLedger.open(ledger, reserve_fraction=0.0)
+            PrivacyLedger.open(ledger, reserve_fraction=reserve_fraction)
             if ledger.exists()
-            else PrivacyLedger(budget_mu, ledger, reserve_fraction=0.0)
+            else PrivacyLedger(budget_mu, ledger, reserve_fraction=reserve_fraction)
         )
         self._secret = _secret(ledger.with_name(ledger.name + ".key"))
         self._journal_path = ledger.with_name(ledger.name + ".journal")
@@ -175,7 +184,9 @@ class OwnerService:
         return self.name
 
     def spent(self) -> dict[str, float]:
-        """The owner's own ledger: budget, spent and releases (public figures)."""
+        """The owner's own ledger: budget, spent and releases (public figures); its unused
+        reservation is returned first, so the figures are exact."""
+        self._ledger.release_unused()
         return {
             "budget_mu": self._ledger.budget_mu,
             "spent_mu2": self._ledger.spent_mu2,
@@ -189,18 +200,23 @@ class OwnerService:
         x0s: np.ndarray,
         x1s: np.ndarray,
         bounds: np.ndarray,
-        sigma: float,
+        sigma: np.ndarray | float,
         count_sd: float,
         mu2: np.ndarray,
     ) -> dict[str, Any]:
         """Release every chain's noisy clipped sum (and clip count) for step ``(run, step)``.
 
+        ``sigma`` is the noise sd of the clipped sum, one per chain (or one for all).
         Returns ``{"released": bool, "sums": (chains,), "counts": (chains,)}``; ``released``
         is False (and nothing is computed) when the owner's budget cannot pay.
         """
-        x0s, x1s = np.atleast_2d(x0s), np.atleast_2d(x1s)
+        # Own, writeable, aligned copies: arrays deserialised from a message may be views of
+        # a read-only buffer, which the compiled function refuses.
+        x0s = np.array(np.atleast_2d(x0s), dtype=np.float64, order="C")
+        x1s = np.array(np.atleast_2d(x1s), dtype=np.float64, order="C")
         bounds, mu2 = np.atleast_1d(bounds), np.atleast_1d(mu2)
-        digest = _digest(x0s, x1s, bounds, np.array([sigma, count_sd]), mu2)
+        sigmas = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (x0s.shape[0],))
+        digest = _digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
         key = (str(run), int(step))
         retried = key in self._journal
         if retried and self._journal[key] != digest:
@@ -209,6 +225,7 @@ class OwnerService:
                 "a step id is used once."
             )
         if not retried:
+            self._check_cost(bounds, sigmas, count_sd, mu2)
             if key[1] <= self._last.get(key[0], -1):
                 raise OwnerSideError(
                     f"Owner {self.name!r}: step ids must increase; {key} comes after "
@@ -216,10 +233,10 @@ class OwnerService:
                 )
             if not self._ledger.try_spend(float(np.sum(mu2))):
                 return {"released": False, "sums": None, "counts": None}
+            # Flushed, not synced: the charge above is what must survive (the ledger syncs
+            # it); a journal line lost to a power failure only makes a retry pay again.
             with open(self._journal_path, "a") as f:
                 f.write(json.dumps({"run": key[0], "step": key[1], "digest": digest}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
             self._journal[key] = digest
             self._last[key[0]] = key[1]
         # The budget is committed (now or when the id was first seen): the rows may be read.
@@ -230,12 +247,28 @@ class OwnerService:
             ll0 = self._terms(c, x0s[c])
             ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
             self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
-            sums[c] = clipped_sum + sigma * noise.standard_normal()
+            sums[c] = clipped_sum + sigmas[c] * noise.standard_normal()
             z = noise.standard_normal()
             counts[c] = n_clipped + count_sd * z if math.isfinite(count_sd) else math.nan
         return {"released": True, "sums": sums, "counts": counts}
 
     # --- internals ---------------------------------------------------------------------
+
+    def _check_cost(
+        self, bounds: np.ndarray, sigmas: np.ndarray, count_sd: float, mu2: np.ndarray
+    ) -> None:
+        """Refuse a release whose declared cost is below what its noise costs the owner's
+        rows: ``(factor * B_c / sigma_c)^2 + 1 / count_sd^2`` per chain. The owner's ledger
+        then never rests on the driver's arithmetic."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ll = np.where(bounds > 0, (self._factor * bounds / sigmas) ** 2, 0.0)
+        count = 1.0 / count_sd**2 if math.isfinite(count_sd) else 0.0
+        implied = np.nan_to_num(ll + count, nan=math.inf)
+        if mu2.shape != implied.shape or np.any(mu2 < implied * (1.0 - 1e-9)):
+            raise OwnerSideError(
+                f"Owner {self.name!r}: a release's declared cost is below what its noise "
+                "costs under the owner's neighbour relation; nothing was charged or released."
+            )
 
     def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
         """Per-row terms at a chain's current point: from the cache (the last call's current

@@ -27,6 +27,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.budget import PrivacyBudget
+from pymc_penalty.sensitivity import Neighbours
 
 __all__ = ["Owner", "OwnerError", "OwnerPool"]
 
@@ -57,6 +58,15 @@ class Owner:
         kept beside it. Reuse it to resume a run: nothing is charged twice or forgotten.
     epsilon, delta : float
         The owner's own budget (Gaussian DP, converted to mu).
+    neighbours : {"substitute", "add_remove"}, default "substitute"
+        The neighbour relation the owner protects. The owner checks every release's declared
+        cost against its noise under this relation and refuses one that costs more than
+        declared.
+    reserve_fraction : float, default 0.05
+        Share of the owner's uncommitted budget its ledger reserves at a time (see
+        :class:`~pymc_penalty.PrivacyLedger`): a release served from the reservation needs no
+        write to disk. A killed owner's unused reservation stays counted as spent (never
+        less than what it released); ``0`` writes, and syncs, every charge.
     """
 
     name: str
@@ -64,6 +74,8 @@ class Owner:
     ledger_path: str | os.PathLike
     epsilon: float
     delta: float
+    reserve_fraction: float = 0.05
+    neighbours: str = "substitute"
     budget_mu: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +85,10 @@ class Owner:
             raise ValueError(f"Owner {self.name!r}: `loader` must be a callable or a path.")
         if not isinstance(self.ledger_path, str | os.PathLike) or not str(self.ledger_path):
             raise ValueError(f"Owner {self.name!r}: `ledger_path` must be a file path.")
+        Neighbours.parse(self.neighbours)  # ValueError naming the choices
+        rf = self.reserve_fraction
+        if isinstance(rf, bool) or not isinstance(rf, int | float) or not 0.0 <= rf <= 1.0:
+            raise ValueError(f"Owner {self.name!r}: `reserve_fraction` must be in [0, 1].")
         budget = PrivacyBudget(self.epsilon, self.delta)  # validates both
         object.__setattr__(self, "budget_mu", budget.mu)
 
@@ -183,6 +199,8 @@ class OwnerPool:
                     owner.loader,
                     str(owner.ledger_path),
                     owner.budget_mu,
+                    float(owner.reserve_fraction),
+                    Neighbours.parse(owner.neighbours).factor,
                     os.getpid(),
                     compile_kwargs,
                     actor=True,
@@ -223,6 +241,16 @@ class OwnerPool:
                 f"{self._spent_text(exclude=owner)}"
             ) from None
 
+    def _call(self, owner: Owner, what: str, send: Callable[[], Any]) -> Any:
+        """Send a call; an actor whose worker is already known lost raises OwnerError."""
+        try:
+            return send()
+        except Exception as exc:  # noqa: BLE001 - Dask raises RuntimeError for a lost actor
+            raise OwnerError(
+                f"Owner {owner.name!r} failed to {what} ({type(exc).__name__}: its worker is "
+                f"lost); the run stops. {self._spent_text(exclude=owner)}"
+            ) from None
+
     def release(
         self,
         x0s: np.ndarray,
@@ -241,8 +269,10 @@ class OwnerPool:
             Current points and proposals.
         bounds : ndarray, shape (chains,)
             Clip bounds.
-        sigmas, count_sds : ndarray, shape (owners,)
-            Each owner's noise sd for its clipped sum and its clip count (``inf``: none).
+        sigmas : ndarray, shape (owners,) or (owners, chains)
+            Each owner's noise sd for its clipped sum (per chain, or one for all chains).
+        count_sds : ndarray, shape (owners,)
+            Each owner's noise sd for its clip count (``inf``: none).
         mu2 : ndarray, shape (owners, chains)
             What each release costs each owner (charged on the owner's side first).
         step : int, optional
@@ -256,11 +286,19 @@ class OwnerPool:
         """
         step = self._step if step is None else int(step)
         self._step = max(self._step, step + 1)
+        sigmas = np.asarray(sigmas, dtype=np.float64)
+        if sigmas.ndim == 1:
+            sigmas = sigmas[:, None]
+        sigmas = np.broadcast_to(sigmas, (len(self._actors), np.atleast_2d(x0s).shape[0]))
         calls = [
-            actor.release(
-                self.run, step, x0s, x1s, bounds, float(sigmas[k]), float(count_sds[k]), mu2[k]
+            self._call(
+                owner,
+                f"release step {step}",
+                lambda actor=actor, k=k: actor.release(
+                    self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
+                ),
             )
-            for k, actor in enumerate(self._actors)
+            for k, (owner, actor) in enumerate(zip(self.owners, self._actors, strict=True))
         ]
         replies = [
             self._answer(owner, call, f"release step {step}")
@@ -273,7 +311,9 @@ class OwnerPool:
     def spent(self) -> dict[str, dict[str, float]]:
         """Each owner's ledger as the owner reports it."""
         return {
-            owner.name: self._answer(owner, actor.spent(), "report its ledger")
+            owner.name: self._answer(
+                owner, self._call(owner, "report its ledger", actor.spent), "report its ledger"
+            )
             for owner, actor in zip(self.owners, self._actors, strict=True)
         }
 

@@ -1,0 +1,240 @@
+"""The penalty chain driven through owners on a real Dask LocalCluster (worker processes):
+its posterior matches the in-process sampler's within Monte Carlo error, the driver never
+receives an array of an owner's row count, and a killed owner stops the run with its name,
+ledgers consistent, and a resume that charges no completed step twice."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+pytest.importorskip("distributed")
+
+import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.distributed import (  # noqa: E402
+    DistributedSamplingError,
+    Owner,
+    OwnerPool,
+    owner_noise,
+)
+from pymc_penalty.distributed import sample as dsample  # noqa: E402
+from pymc_penalty.ledger import PrivacyLedger  # noqa: E402
+from pymc_penalty.sensitivity import Neighbours  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+N_K = 301  # odd: no array of the driver's (chains, steps, ...) shapes has this size
+DRIVER_PID = os.getpid()
+EPS, DELTA = 2000.0, 1e-5
+CLIP = 6.0  # |y - mu| < 6 for every row: nothing is clipped, both chains are exact
+
+
+def _rows(seed: int) -> dict[str, np.ndarray]:
+    return {"y": np.random.default_rng(seed).normal(1.0, 1.0, size=N_K)}
+
+
+def _loader(seed: int):
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return _rows(seed)
+
+    return load
+
+
+def _model(y: np.ndarray | None = None) -> pm.Model:
+    with pm.Model() as model:
+        data = pm.Data("y", np.zeros(1) if y is None else y)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("obs", mu, 1.0, observed=data)
+    return model
+
+
+def _owners(tmp_path, n: int = 2, epsilon: float = EPS) -> list[Owner]:
+    # site1 (the one killed below) syncs every charge: a killed owner's unused reservation
+    # would stay counted, and the test checks exact totals.
+    return [
+        Owner(
+            f"site{k}",
+            _loader(k),
+            tmp_path / f"site{k}.ledger",
+            epsilon=epsilon,
+            delta=DELTA,
+            reserve_fraction=0.05 if k == 0 else 0.0,
+        )
+        for k in range(n)
+    ]
+
+
+def test_owner_noise_matches_an_independent_computation():
+    bounds = np.array([0.1, 0.3])
+    sigmas, count_sds, mu_out = owner_noise(
+        bounds, Neighbours.SUBSTITUTE, np.array([0.5, 1.0]), 0.1
+    )
+    mu_ll = np.array([0.5, 1.0]) * math.sqrt(0.9)
+    assert np.allclose(sigmas, 2 * bounds[None, :] / mu_ll[:, None])
+    assert np.allclose(count_sds, 1 / (np.array([0.5, 1.0]) * math.sqrt(0.1)))
+    # An outsider sees the sum: Delta / sqrt(sum sigma^2), composed with the summed counts.
+    expect = math.sqrt((2 * 0.1) ** 2 / np.sum(sigmas[:, 0] ** 2) + 1 / np.sum(count_sds**2))
+    assert mu_out[0] == pytest.approx(expect, rel=1e-12)
+    assert np.all(mu_out <= 1.0 + 1e-12)  # never more than the worst owner's mu
+
+
+def test_the_distributed_posterior_matches_in_process_and_no_row_array_reaches_the_driver(
+    tmp_path, monkeypatch
+):
+    replies = []
+    original = OwnerPool._answer
+
+    def spy(self, owner, future, what, timeout=None):
+        out = original(self, owner, future, what, timeout)
+        replies.append(out)
+        return out
+
+    monkeypatch.setattr(OwnerPool, "_answer", spy)
+    kwargs = dict(epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP)
+    # Through pp.sample's hook: the same call as in-process, with the owners.
+    dist = pp.sample(owners=_owners(tmp_path), model=_model(), random_seed=11, **kwargs)
+    monkeypatch.setattr(OwnerPool, "_answer", original)
+
+    def arrays(obj):
+        if isinstance(obj, np.ndarray):
+            yield obj
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                yield from arrays(v)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                yield from arrays(v)
+
+    sizes = {a.size for r in replies for a in arrays(r)}
+    assert sizes and N_K not in sizes and 2 * N_K not in sizes
+
+    y = np.concatenate([_rows(0)["y"], _rows(1)["y"]])
+    with _model(y):
+        local = pp.sample(random_seed=12, progressbar=False, **kwargs)
+    exact_sd = 1 / math.sqrt(len(y) + 1 / 100)
+    exact_mean = exact_sd**2 * y.sum()
+    means, mcses = [], []
+    for idata in (dist, local):
+        draws = idata.posterior["mu"]
+        means.append(float(draws.mean()))
+        mcses.append(float(az.mcse(draws)["mu"]))
+        assert float(az.ess(draws)["mu"]) > 50  # enough to estimate the MCSE
+    tol = 4 * math.hypot(*mcses)
+    assert abs(means[0] - means[1]) < tol
+    assert abs(means[0] - exact_mean) < 4 * mcses[0]
+    # The check has power: a posterior shifted by two of its sds is told apart.
+    assert abs(means[0] + 2 * exact_sd - means[1]) > tol
+    # The report: the run's budget, each owner's guarantee at its own delta.
+    attrs = dist.attrs
+    assert attrs["dp_epsilon"] <= EPS and attrs["dp_owner_names"] == "site0, site1"
+    assert len(attrs["dp_owner_epsilon"]) == 2 and attrs["dp_owner_delta"] == [DELTA, DELTA]
+    assert attrs["dp_epsilon_vs_outsider"] < min(attrs["dp_epsilon_vs_owners"])
+    assert "observed_data" not in dist.groups()
+
+
+def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_path):
+    model = _model()
+    owners = _owners(tmp_path)
+    ledger_path = tmp_path / "run.ledger"
+    kwargs = dict(epsilon=EPS, delta=DELTA, draws=40, tune=20, chains=3, clip=CLIP)
+    kill_at = 25
+    with OwnerPool(owners, model, model.value_vars, model.initial_point(), timeout=10) as pool:
+        pids = pool.client.run(os.getpid)
+        victim = pids[list(pool.client.scheduler_info()["workers"])[1]]
+        release = pool.release
+
+        def release_then_kill(*args, step, **kw):
+            if step == kill_at:
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(0.3)
+            return release(*args, step=step, **kw)
+
+        pool.release = release_then_kill
+        with pytest.raises(DistributedSamplingError, match="Owner 'site1'") as err:
+            dsample(owners, model=model, pool=pool, ledger_path=ledger_path, **kwargs)
+    assert err.value.step == kill_at and "site0: mu^2" in str(err.value)
+    run = err.value.run
+    header = next(
+        __import__("json").loads(line)
+        for line in (tmp_path / "run.ledger.runs").read_text().splitlines()
+        if "owner_mu" in line
+    )
+    mu2 = np.asarray(header["owner_mu"]) ** 2
+    chains = kwargs["chains"]
+    # Ledgers consistent: each owner committed what it released (site0 also step kill_at),
+    # the driver the worst case of every step it sent, the lost one included.
+    spent = [PrivacyLedger.open(tmp_path / f"site{k}.ledger").spent_mu2 for k in range(2)]
+    assert spent[0] == pytest.approx((kill_at + 1) * chains * mu2[0], rel=1e-9)
+    assert spent[1] >= kill_at * chains * mu2[1] * (1 - 1e-9)
+    driver = PrivacyLedger.open(ledger_path).spent_mu2
+    assert driver == pytest.approx((kill_at + 1) * chains * mu2.max(), rel=1e-9)
+    assert driver >= max(spent) * (1 - 1e-9)
+    assert err.value.privacy_report["dp_epsilon"] < EPS
+
+    # A run id that is not in the journal is refused before anything is spent.
+    with pytest.raises(ValueError, match="no run to resume"):
+        dsample(owners, model=model, ledger_path=ledger_path, run="nope", **kwargs)
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == driver
+
+    idata = dsample(owners, model=model, ledger_path=ledger_path, run=run, **kwargs)
+    steps = kwargs["draws"] + kwargs["tune"]
+    for k in range(2):  # every step charged exactly once, over both attempts
+        final = PrivacyLedger.open(tmp_path / f"site{k}.ledger").spent_mu2
+        assert final == pytest.approx(steps * chains * mu2[k], rel=1e-9)
+    driver = PrivacyLedger.open(ledger_path).spent_mu2
+    assert driver == pytest.approx(steps * chains * mu2.max(), rel=1e-9)
+    assert idata.posterior.sizes["draw"] == kwargs["draws"]
+    assert idata.attrs["dp_releases"] == steps * chains
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"warm_start": 0.2}, "`warm_start` is not available with `owners`"),
+        ({"keep_data": True}, "`keep_data` is not available"),
+        ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
+        ({"step_kwargs": {"proposal": "guided"}}, r"`step_kwargs` \['proposal'\]"),
+    ],
+)
+def test_pp_sample_refuses_what_has_no_meaning_with_owners_before_anything_starts(
+    tmp_path, extra, match
+):
+    with pytest.raises(ValueError, match=match):
+        pp.sample(owners=_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **extra)
+    assert not any(tmp_path.iterdir())  # no ledger, no owner started
+
+
+def test_a_run_whose_relation_costs_owners_more_than_declared_is_refused_before_starting(
+    tmp_path,
+):
+    with pytest.raises(ValueError, match="protects 'substitute' neighbours"):
+        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, neighbours="add_remove")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"clip": 0.0}, "`clip`"),
+        ({"scaling": -1.0}, "`scaling`"),
+        ({"target_accept": 1.5}, "`target_accept`"),
+        ({"tune_interval": 0}, "`tune_interval`"),
+        ({"adapt": "nope"}, "`adapt`"),
+        ({"clip_count_share": 1.0}, "`clip_count_share`"),
+        ({"S": np.ones(3)}, "`S`"),
+        ({"run": "r1"}, "`run`"),
+    ],
+)
+def test_bad_arguments_are_named_before_anything_starts(tmp_path, bad, match):
+    with pytest.raises(ValueError, match=match):
+        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **bad)
+    assert not any(tmp_path.iterdir())
