@@ -203,6 +203,7 @@ def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_pat
         ({"keep_data": True}, "`keep_data` is not available"),
         ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
         ({"step_kwargs": {"proposal": "guided"}}, r"`step_kwargs` \['proposal'\]"),
+        ({}, r"`clip` must be a number with `owners`"),
     ],
 )
 def test_pp_sample_refuses_what_has_no_meaning_with_owners_before_anything_starts(

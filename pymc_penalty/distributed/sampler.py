@@ -604,4 +604,9 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
             f"{sorted(rest)} are pm.sample arguments, not available with `owners`; "
             "see pymc_penalty.distributed.sample."
         )
+    if isinstance(kwargs.get("clip"), str):
+        raise ValueError(
+            "`clip` must be a number with `owners`: clip='auto' (pp.sample's default) is not "
+            "available in distributed sampling yet; give a finite positive clip (and clip_mode)."
+        )
     return sample(**kwargs, **step_kwargs)
