@@ -485,3 +485,16 @@ class PartTimer:
             return out
 
         return timed
+
+
+def best_seconds_per_step(step: Any, point: dict, steps: int, chunks: int) -> float:
+    """Fastest of ``chunks`` runs of ``steps`` calls of ``step.step``, in seconds per step,
+    after one warm-up step (which fills the step's caches)."""
+    point, _ = step.step(point)
+    best = np.inf
+    for _ in range(chunks):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            point, _ = step.step(point)
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return float(best)

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -30,7 +29,7 @@ from pymc_penalty import NotPrivateWarning, PenaltyMetropolis
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import REPO_ROOT, command_line, machine_info  # noqa: E402
+from _common import REPO_ROOT, best_seconds_per_step, command_line, machine_info  # noqa: E402
 
 DOCS_MD = os.path.join(REPO_ROOT, "docs", "benchmarks", "expfam.md")
 DOCS_PNG = os.path.join(REPO_ROOT, "docs", "benchmarks", "expfam.png")
@@ -45,15 +44,7 @@ def _model(n: int) -> pm.Model:
 
 
 def _per_step(model: pm.Model, step, steps: int, chunks: int) -> float:
-    point = model.initial_point()
-    point, _ = step.step(point)  # warm-up (fills caches)
-    best = np.inf
-    for _ in range(chunks):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            point, _ = step.step(point)
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return float(best)
+    return best_seconds_per_step(step, model.initial_point(), steps, chunks)
 
 
 def write_docs(per_step: dict, speedup: dict, command: str) -> None:

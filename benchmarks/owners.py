@@ -44,7 +44,7 @@ from pymc_penalty.distributed import sample as dsample  # noqa: E402
 from pymc_penalty.variants import MultiOwnerPenaltyMetropolis  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import command_line, machine_info  # noqa: E402
+from _common import best_seconds_per_step, command_line, machine_info  # noqa: E402
 
 D = 10
 
@@ -83,14 +83,7 @@ def in_process_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = MultiOwnerPenaltyMetropolis(owners=index, mu=0.5, scaling=0.02, rng=1)
-    point, _ = step.step(model.initial_point())
-    best = np.inf
-    for _ in range(chunks):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            point, _ = step.step(point)
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return best * 1e3
+    return best_seconds_per_step(step, model.initial_point(), steps, chunks) * 1e3
 
 
 def pooled_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
@@ -101,14 +94,7 @@ def pooled_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = PenaltyMetropolis(mu=0.5, scaling=0.02, rng=1)
-    point, _ = step.step(model.initial_point())
-    best = np.inf
-    for _ in range(chunks):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            point, _ = step.step(point)
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return best * 1e3
+    return best_seconds_per_step(step, model.initial_point(), steps, chunks) * 1e3
 
 
 def distributed_ms(pool: OwnerPool, owners: list[Owner], chains: int, steps: int) -> float:
