@@ -99,7 +99,9 @@ def test_the_distributed_posterior_matches_in_process_and_no_row_array_reaches_t
         return out
 
     monkeypatch.setattr(OwnerPool, "_answer", spy)
-    kwargs = dict(epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP)
+    kwargs = dict(
+        epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP, clip_mode="distance"
+    )
     # Through pp.sample's hook: the same call as in-process, with the owners.
     dist = pp.sample(owners=_owners(tmp_path), model=_model(), random_seed=11, **kwargs)
     monkeypatch.setattr(OwnerPool, "_answer", original)

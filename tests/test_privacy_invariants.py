@@ -43,6 +43,7 @@ STEP_STATS = {
     "dp_clipped_fraction",
     "dp_clipped_count",
     "dp_released",
+    "dp_clip",  # clip="auto": a function of the released noisy counts (and public n)
     "proposal",  # data-independent: the current state plus a move from the step's generator
 }
 DATA_GROUPS = {"observed_data", "constant_data", "log_likelihood", "predictions_constant_data"}
