@@ -35,8 +35,9 @@ Guarantees
 
 Layout: the units and the file format are in :mod:`pymc_penalty._ledger_store`, the process
 hooks (fork, exit) in :mod:`pymc_penalty._ledger_hooks`, installed when the first ledger of a
-process is set up (importing this module has no side effects); this module is the filter
-itself: the reservation policy and what it reports.
+process is set up (importing this module has no side effects), and what a ledger reports
+(budget, spent, snapshot) in :mod:`pymc_penalty._ledger_readout`. This module is the filter
+itself: granting, reserving and returning budget.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from pymc_penalty import _ledger_hooks as _hooks
 from pymc_penalty._ledger_hooks import _at_exit as _at_exit
+from pymc_penalty._ledger_readout import _LedgerReadout
 from pymc_penalty._ledger_store import (
     UNIT_BITS,
     _bad_mu2,
@@ -86,7 +87,7 @@ _TEMP_FILE_NAME = "ledger.bin"
 # --------------------------------------------------------------------------------------------
 
 
-class PrivacyLedger:
+class PrivacyLedger(_LedgerReadout):
     """Gaussian-DP budget shared by all chains and processes of a run (a privacy filter).
 
     Parameters
@@ -453,123 +454,3 @@ class PrivacyLedger:
 
     def _mu2(self, units: int, *, up: bool) -> float:
         return _units_to_float(units, self._shift, up=up)
-
-    @property
-    def path(self) -> Path:
-        """The ledger file."""
-        return Path(self._path)
-
-    @property
-    def budget_mu(self) -> float:
-        """The budget's Gaussian-DP parameter ``mu``."""
-        return self._budget_mu
-
-    @property
-    def budget_mu2(self) -> float:
-        """The budget in ``mu**2``: ``budget_mu**2`` rounded down to a float (exact as held)."""
-        return self._mu2(self._budget_units, up=False)
-
-    @property
-    def reserve_fraction(self) -> float:
-        """Share of the uncommitted budget this process reserves at a time."""
-        return self._reserve_fraction
-
-    @property
-    def durable(self) -> bool:
-        """Whether file updates are synced to stable storage."""
-        return self._durable
-
-    @property
-    def spent_mu2(self) -> float:
-        """Committed ``mu2`` of all processes, outstanding reservations included (conservative).
-
-        This is the figure that bounds the privacy loss: the run is ``sqrt(spent_mu2)``-GDP.
-        Rounded up.
-        """
-        return self._mu2(self._state().committed, up=True)
-
-    @property
-    def spent_mu(self) -> float:
-        """``sqrt(spent_mu2)``: the Gaussian-DP parameter spent so far (conservative)."""
-        return math.sqrt(self.spent_mu2)
-
-    @property
-    def used_mu2(self) -> float:
-        """``mu2`` of the releases granted (see the class notes on what it counts); rounded down."""
-        return self._mu2(self._state().granted + self._unflushed, up=False)
-
-    @property
-    def used_mu(self) -> float:
-        """``sqrt(used_mu2)``."""
-        return math.sqrt(self.used_mu2)
-
-    @property
-    def releases(self) -> int:
-        """Number of releases granted (see the class notes on what it counts)."""
-        return self._state().releases + self._unflushed_n
-
-    @property
-    def remaining_mu2(self) -> float:
-        """Uncommitted budget, ``budget_mu2 - spent_mu2``, excluding chunks held by processes."""
-        state = self._state()
-        return self._mu2(state.budget_units - state.committed, up=False)
-
-    @property
-    def local_unused_mu2(self) -> float:
-        """Unused part of this process's reservation (spendable here, counted as spent)."""
-        if self._pid != os.getpid():
-            self._drop_inherited()
-        return self._mu2(self._left, up=False)
-
-    def _exhausted(self, state: _State) -> bool:
-        available = state.budget_units - state.committed + self._left
-        refused = self._refused
-        return available <= 0 or (refused is not None and refused > available)
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether this process can spend no more.
-
-        True when no budget is left to this process (uncommitted budget plus its own chunk),
-        or when the latest request refused in this process, with no grant since, still does
-        not fit.
-        """
-        return self._exhausted(self._state())
-
-    def snapshot(self) -> dict[str, Any]:
-        """The ledger's state as a plain dictionary (one consistent read of the file).
-
-        Returns
-        -------
-        dict
-            Keys ``path``, ``budget_mu``, ``budget_mu2``, ``spent_mu2``, ``spent_mu``,
-            ``used_mu2``, ``used_mu``, ``remaining_mu2``, ``releases``, ``outstanding_mu2``
-            (committed but not reported as granted: reservations held by live processes, and
-            those of killed ones), ``local_unused_mu2``, ``reservations``, ``returns``,
-            ``exhausted``, ``created`` and ``updated`` (Unix times), ``reserve_fraction`` and
-            ``durable``. Values are str, float, int or bool.
-        """
-        state = self._state()
-        granted = state.granted + self._unflushed
-        spent = self._mu2(state.committed, up=True)
-        used = self._mu2(granted, up=False)
-        return {
-            "path": self._path,
-            "budget_mu": self._budget_mu,
-            "budget_mu2": self._mu2(state.budget_units, up=False),
-            "spent_mu2": spent,
-            "spent_mu": math.sqrt(spent),
-            "used_mu2": used,
-            "used_mu": math.sqrt(used),
-            "remaining_mu2": self._mu2(state.budget_units - state.committed, up=False),
-            "releases": state.releases + self._unflushed_n,
-            "outstanding_mu2": self._mu2(max(state.committed - granted, 0), up=True),
-            "local_unused_mu2": self._mu2(self._left, up=False),
-            "reservations": state.reservations,
-            "returns": state.returns,
-            "exhausted": self._exhausted(state),
-            "created": state.created,
-            "updated": state.updated,
-            "reserve_fraction": self._reserve_fraction,
-            "durable": self._durable,
-        }
