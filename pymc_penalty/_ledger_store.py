@@ -159,6 +159,17 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _write_new_file(path: str, data: bytes, durable: bool) -> None:
+    """Create ``path`` (FileExistsError if it exists) holding ``data``, synced if ``durable``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _create_file(path: str, budget_mu: float, durable: bool) -> bool:
     """Create a fresh ledger at ``path`` atomically; False if a file already exists there."""
     now = time.time()
@@ -166,13 +177,7 @@ def _create_file(path: str, budget_mu: float, durable: bool) -> bool:
     state = _State(0, budget_mu, shift, _budget_units(budget_mu, shift), 0, 0, 0, 0, 0, now, now)
     data = _pack(state).ljust(_FILE_SIZE, b"\0")
     tmp = f"{path}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        _write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_new_file(tmp, data, durable)
     try:
         # link() publishes the complete file, or fails if the name is taken: no process can
         # ever see a half-written ledger.
@@ -182,17 +187,10 @@ def _create_file(path: str, budget_mu: float, durable: bool) -> bool:
         created = False
     except OSError:  # pragma: no cover - file systems without hard links
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            _write_new_file(path, data, durable)
+            created = True
         except FileExistsError:
             created = False
-        else:
-            try:
-                _write_all(fd, data)
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            created = True
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
