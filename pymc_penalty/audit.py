@@ -47,7 +47,7 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from scipy import optimize, stats
 
-from pymc_penalty.accounting.gdp import _gdp_epsilon
+from pymc_penalty.accounting import composed_epsilon
 from pymc_penalty.step import NotPrivateWarning
 
 __all__ = [
@@ -448,9 +448,8 @@ def _gaussian_estimate(kind: str, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _epsilon(delta: float, mu: float) -> float:
-    if math.isnan(mu):
-        return math.nan
-    return math.inf if math.isinf(mu) else float(_gdp_epsilon(mu=mu, delta=delta))
+    """The accountant's conversion of one release's ``mu``; NaN stays NaN (no fit)."""
+    return math.nan if math.isnan(mu) else composed_epsilon(mu * mu, delta)
 
 
 # --- the engine -----------------------------------------------------------------------------

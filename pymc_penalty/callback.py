@@ -2,7 +2,8 @@
 
 ``pm.sample`` calls the callback in the main process for every draw of every chain, tuning
 draws included, with the step's statistics. Each released draw carries its ``dp_mu``; the
-callback composes ``sum mu_t^2`` per chain and overall. The ledger, not the callback, is what
+callback composes it in one :class:`~pymc_penalty.accounting.GDPAccountant` per chain (and one
+per party of a several-owners run) and overall. The ledger, not the callback, is what
 keeps a run from overspending (workers may run ahead of the callback); the callback stops the
 run once a step reports that the ledger refused a release, and cross-checks its own total
 against the ledger's.
@@ -11,10 +12,10 @@ against the ledger's.
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from typing import Any
 
+from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.budget import PrivacyBudget
 
 __all__ = ["BudgetExhausted", "PrivacyAccountingError", "PrivacyCallback"]
@@ -34,23 +35,9 @@ class PrivacyAccountingError(RuntimeError):
     """The composed releases disagree with the ledger: the run must not be published."""
 
 
-def _released_costs(stats: list[dict[str, Any]]) -> list[float]:
-    costs = []
-    for method_stats in stats:
-        if "dp_released" in method_stats and method_stats["dp_released"]:
-            costs.append(float(method_stats["dp_mu"]) ** 2)
-    return costs
-
-
-def _released_components(stats: list[dict[str, Any]]) -> dict[str, float]:
-    """``mu^2`` of per-party statistics (``dp_mu_owner_<j>``, ``dp_mu_outsider``) released."""
-    out: dict[str, float] = {}
-    for method_stats in stats:
-        if method_stats.get("dp_released"):
-            for key, value in method_stats.items():
-                if key.startswith("dp_mu_"):
-                    out[key] = out.get(key, 0.0) + float(value) ** 2
-    return out
+def _released(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The statistics of the step methods that released this draw."""
+    return [method_stats for method_stats in stats if method_stats.get("dp_released")]
 
 
 def _was_refused(stats: list[dict[str, Any]]) -> bool:
@@ -79,10 +66,10 @@ class PrivacyCallback:
         self.budget = budget
         self.ledger = ledger
         self.log_every = int(log_every)
-        self.mu2_by_chain: dict[int, float] = defaultdict(float)
-        #: Composed ``sum mu_t^2`` of each per-party statistic (several-owners runs).
-        self.component_mu2: dict[str, float] = defaultdict(float)
-        self.releases_by_chain: dict[int, int] = defaultdict(int)
+        #: One accountant per chain: its releases, tuning included.
+        self.chain_accountants: dict[int, GDPAccountant] = defaultdict(GDPAccountant)
+        #: One accountant per per-party statistic (``dp_mu_owner_<j>``, ``dp_mu_outsider``).
+        self.party_accountants: dict[str, GDPAccountant] = defaultdict(GDPAccountant)
         self.tuning_releases = 0
         self.draws_seen = 0
         self.refused = False
@@ -90,13 +77,15 @@ class PrivacyCallback:
     def __call__(self, trace: Any = None, draw: Any = None) -> None:
         """Record one draw (the signature ``pm.sample`` calls)."""
         self.draws_seen += 1
-        costs = _released_costs(draw.stats)
-        self.mu2_by_chain[draw.chain] += sum(costs)
-        self.releases_by_chain[draw.chain] += len(costs)
-        for key, value in _released_components(draw.stats).items():
-            self.component_mu2[key] += value
+        released = _released(draw.stats)
+        chain = self.chain_accountants[draw.chain]  # a chain counts from its first draw
+        for method_stats in released:
+            chain.spend(float(method_stats["dp_mu"]))
+            for key, value in method_stats.items():
+                if key.startswith("dp_mu_"):
+                    self.party_accountants[key].spend(float(value))
         if draw.tuning:
-            self.tuning_releases += len(costs)
+            self.tuning_releases += len(released)
         if self.log_every and self.draws_seen % self.log_every == 0:
             _log.info(
                 "privacy: epsilon spent %.4g of %.4g (delta %.3g) after %d releases",
@@ -110,24 +99,44 @@ class PrivacyCallback:
             raise BudgetExhausted("privacy budget exhausted")
 
     @property
+    def accountant(self) -> GDPAccountant:
+        """A new accountant composing every chain's releases seen so far."""
+        return GDPAccountant.total(self.chain_accountants.values())
+
+    @property
+    def mu2_by_chain(self) -> dict[int, float]:
+        """Composed ``sum mu_t^2`` of each chain's releases."""
+        return {c: acc.mu_squared for c, acc in self.chain_accountants.items()}
+
+    @property
+    def releases_by_chain(self) -> dict[int, int]:
+        """Releases of each chain (every chain that reported a draw, tuning included)."""
+        return {c: acc.releases for c, acc in self.chain_accountants.items()}
+
+    @property
+    def component_mu2(self) -> dict[str, float]:
+        """Composed ``sum mu_t^2`` of each per-party statistic (several-owners runs)."""
+        return {key: acc.mu_squared for key, acc in self.party_accountants.items()}
+
+    @property
     def mu2(self) -> float:
         """Composed ``sum mu_t^2`` of the releases seen so far."""
-        return math.fsum(self.mu2_by_chain.values())
+        return self.accountant.mu_squared
 
     @property
     def mu(self) -> float:
         """Composed Gaussian-DP ``mu`` of the releases seen so far."""
-        return math.sqrt(self.mu2)
+        return self.accountant.mu
 
     @property
     def epsilon(self) -> float:
         """Tight epsilon (at the budget's delta) of the releases seen so far."""
-        return self.budget.epsilon_spent(self.mu)
+        return self.accountant.get_epsilon(self.budget.delta)
 
     @property
     def releases(self) -> int:
         """Number of releases seen so far, over all chains and tuning."""
-        return sum(self.releases_by_chain.values())
+        return self.accountant.releases
 
     def check_against_ledger(self) -> None:
         """Raise :class:`PrivacyAccountingError` if the draws seen cost more than the ledger.

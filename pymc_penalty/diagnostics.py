@@ -6,10 +6,11 @@ data-independent proposals, and the noisy clipped fraction) and the privacy repo
 ``idata.attrs``. Nothing here evaluates the model or reads data.
 
 The epsilon curve composes the per-step ``dp_mu`` statistics in Gaussian DP,
-``mu(t) = sqrt(sum_{s <= t} mu_s^2)``, and converts with
-:func:`~pymc_penalty.accounting.gdp_epsilon` at the report's ``delta``. Tuning draws count:
-they are included when ``warmup_sample_stats`` is stored (``discard_tuned_samples=False``);
-otherwise they are one lump at draw -1, counted from the report, and the plot says so.
+``mu(t) = sqrt(sum_{s <= t} mu_s^2)`` (:func:`~pymc_penalty.accounting.compose_mu2`), and
+converts with :func:`~pymc_penalty.accounting.composed_epsilon` at the report's ``delta``.
+Tuning draws count: they are included when ``warmup_sample_stats`` is stored
+(``discard_tuned_samples=False``); otherwise they are one lump at draw -1, counted from the
+report, and the plot says so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from pymc_penalty.accounting.gdp import _gdp_epsilon
+from pymc_penalty.accounting import GDPAccountant, compose_mu2, composed_epsilon
 from pymc_penalty.report import DATA_GROUPS
 from pymc_penalty.validation import check_integer, check_real
 
@@ -187,13 +188,13 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
     if "dp_mu" not in stats:
         raise ValueError("`idata.sample_stats` has no `dp_mu`: not a penalty-step result.")
     mu = _released_mu(stats)
-    sampling_mu2 = np.sum(mu**2, axis=1)
+    sampling_mu2 = compose_mu2(mu, axis=1)
     sampling_releases = np.count_nonzero(mu, axis=1)
     warm = idata.warmup_sample_stats if "warmup_sample_stats" in idata.groups() else None
     stored = warm is not None and "dp_mu" in warm and warm.sizes.get("draw", 0) > 0
     if stored:
         warm_mu = _released_mu(warm)
-        tuning_mu2 = np.sum(warm_mu**2, axis=1)
+        tuning_mu2 = compose_mu2(warm_mu, axis=1)
         tuning_releases = np.count_nonzero(warm_mu, axis=1)
     else:
         per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
@@ -201,7 +202,10 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
             per_chain = sampling_releases.copy()
         tuning_releases = np.maximum(per_chain - sampling_releases, 0)
         step_mu = mu.max(axis=1) if mu.size else np.zeros(len(tuning_releases))
-        tuning_mu2 = tuning_releases * step_mu**2
+        tuning_mu2 = [
+            GDPAccountant().spend(float(m), int(k)).mu_squared
+            for m, k in zip(step_mu, tuning_releases, strict=True)
+        ]
     return PhaseCosts(
         warm_start_mu2=float(report.get("dp_warm_start_mu", 0.0)) ** 2,
         warm_start_releases=int(report.get("dp_warm_start_releases", 0)),
@@ -251,12 +255,6 @@ class EpsilonCurve:
     warm_start_epsilon: float = 0.0
 
 
-def _epsilon(delta: float, mu2: float) -> float:
-    if not math.isfinite(mu2):
-        return math.inf
-    return float(_gdp_epsilon(math.sqrt(max(mu2, 0.0)), delta))
-
-
 def epsilon_curve(
     idata: az.InferenceData, delta: float | None = None, max_points: int = 1000
 ) -> EpsilonCurve:
@@ -288,26 +286,26 @@ def epsilon_curve(
     costs = phase_costs(idata)
     stats = _stats(idata)
     # A refused release has dp_mu = 0; a chain absent from one group (trimmed) adds nothing.
-    mu2 = _released_mu(stats) ** 2
+    mu = _released_mu(stats)
     draws = np.asarray(stats["draw"].values)
     tuning = int(idata.sample_stats.attrs.get("tuning_steps", 0) or 0)
     if not costs.tuning_stored:
         # The tuning releases as one lump at draw -1 (before the first kept draw).
-        mu2 = np.concatenate([costs.tuning_mu2[:, None], mu2], axis=1)
+        mu = np.concatenate([np.sqrt(costs.tuning_mu2)[:, None], mu], axis=1)
         draws = np.concatenate([[-1], draws])
-    cum = np.cumsum(mu2, axis=1)
-    total = costs.warm_start_mu2 + np.cumsum(np.sum(mu2, axis=0))
+    cum = compose_mu2(mu, axis=1, cumulative=True)
+    total = costs.warm_start_mu2 + np.sum(cum, axis=0)
     idx = np.unique(np.linspace(0, draws.size - 1, min(int(max_points), draws.size)).round())
     idx = idx.astype(int)
     return EpsilonCurve(
         draw=draws[idx],
-        per_chain=np.array([[_epsilon(delta, c[i]) for i in idx] for c in cum]),
-        total=np.array([_epsilon(delta, total[i]) for i in idx]),
+        per_chain=np.array([[composed_epsilon(c[i], delta) for i in idx] for c in cum]),
+        total=np.array([composed_epsilon(total[i], delta) for i in idx]),
         chains=np.asarray(stats["chain"].values),
         delta=float(delta),
         includes_tuning=True,
         missing_tuning=0 if costs.tuning_stored else tuning,
-        warm_start_epsilon=_epsilon(delta, costs.warm_start_mu2),
+        warm_start_epsilon=composed_epsilon(costs.warm_start_mu2, delta),
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty._version import __version__
+from pymc_penalty.accounting import composed_epsilon
 from pymc_penalty.model_checks import data_dependent_variables, data_dims, n_datapoints
 
 __all__ = [
@@ -81,7 +82,7 @@ def build_report(
     chains = sorted(releases_by_chain)
     per_chain = [int(releases_by_chain[c]) for c in chains]
     report = {
-        "dp_epsilon": float(budget.epsilon_spent(mu)) if private else math.inf,
+        "dp_epsilon": _epsilon(spent_mu2, budget.delta, private),
         "dp_delta": float(budget.delta),
         "dp_mu": mu if private else math.inf,
         "dp_epsilon_budget": float(budget.epsilon),
@@ -97,6 +98,11 @@ def build_report(
     }
     report.update(_party_epsilons(budget, component_mu2 or {}, private))
     return report
+
+
+def _epsilon(mu2: float, delta: float, private: bool) -> float:
+    """The report's epsilon of a spend: ``inf`` when the noise was not private."""
+    return float(composed_epsilon(mu2, delta)) if private else math.inf
 
 
 def _describe_sensitivity(step: Any) -> str:
@@ -127,12 +133,11 @@ def _party_epsilons(budget: Any, component_mu2: dict[str, float], private: bool)
     if not owners:
         return {}
 
-    def eps(mu2: float) -> float:
-        return float(budget.epsilon_spent(math.sqrt(max(mu2, 0.0)))) if private else math.inf
-
     return {
-        "dp_epsilon_vs_owners": [eps(v) for _, v in owners],
-        "dp_epsilon_vs_outsider": eps(component_mu2.get("dp_mu_outsider", 0.0)),
+        "dp_epsilon_vs_owners": [_epsilon(v, budget.delta, private) for _, v in owners],
+        "dp_epsilon_vs_outsider": _epsilon(
+            component_mu2.get("dp_mu_outsider", 0.0), budget.delta, private
+        ),
     }
 
 

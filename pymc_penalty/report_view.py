@@ -18,7 +18,7 @@ from typing import Any
 import arviz as az
 import numpy as np
 
-from pymc_penalty.accounting.gdp import _gdp_epsilon
+from pymc_penalty.accounting import composed_epsilon
 from pymc_penalty.diagnostics import (
     ESS_GOOD,
     R_HAT_MAX,
@@ -52,10 +52,6 @@ def convergence(idata: az.InferenceData) -> dict[str, Any]:
         "verdict": found["dp_convergence"],
         "source": source,
     }
-
-
-def _eps(mu2: float, delta: float) -> float:
-    return _gdp_epsilon(math.sqrt(max(mu2, 0.0)), delta) if math.isfinite(mu2) else math.inf
 
 
 def _fmt(x: Any, spec: str = ".4g") -> str:
@@ -138,7 +134,7 @@ def _phase_rows(idata: az.InferenceData, delta: float) -> list[tuple[str, str]]:
             (
                 name,
                 f"{releases} releases, {share:.1f}% of the spent mu^2 "
-                f"(epsilon {_fmt(_eps(mu2, delta))} alone{note})",
+                f"(epsilon {_fmt(composed_epsilon(mu2, delta))} alone{note})",
             )
         )
     return rows

@@ -39,6 +39,7 @@ from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.gradient import hessian
 
+from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import validate_model
 from pymc_penalty.sensitivity import Neighbours
@@ -249,7 +250,7 @@ def private_warm_start(
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)
 
-    spent, releases = 0.0, 0
+    spent = GDPAccountant()  # what this warm start committed, release by release
     schedule = warm_start_schedule(float(mu), int(steps))
     # Near the mode each iterate's error is the last step's noise alone (independent across
     # steps), so the last half of the iterates are averaged, weighted by their precision.
@@ -257,17 +258,16 @@ def private_warm_start(
     sum_w, sum_wx, sum_wprec = 0.0, np.zeros(x.size), np.zeros((x.size, x.size))
     for k, (mu_grad, mu_curv) in enumerate(schedule):
         # Commit both releases of this step before the data are evaluated.
-        for cost in (mu_grad**2, mu_curv**2):
-            if not ledger.try_spend(cost):
+        for release_mu in (mu_grad, mu_curv):
+            if not ledger.try_spend(release_mu**2):
                 raise WarmStartRefused(
                     "The privacy ledger refused a warm-start release; lower `warm_start`."
                 )
-            spent += cost
+            spent.spend(release_mu)
         clipped = _clip_rows(_per_datapoint_gradients(lik, x, n), clip)
         grad = clipped.sum(axis=0) + (grad_sens / mu_grad) * noise.standard_normal(x.size)
         curv = _release_outer(clipped, outer_sens / mu_curv, noise)
         del clipped  # exact per-datapoint values: not kept past the releases
-        releases += 2
         prior_grad, prior_hess = prior(x)
         precision = _psd_precision(curv, outer_sens / mu_curv, prior_hess)
         x = x + np.linalg.solve(precision, grad + prior_grad)
@@ -286,5 +286,5 @@ def private_warm_start(
         initvals[v.name] = x[start : start + size].reshape(shape).astype(point[v.name].dtype)
         start += size
     return WarmStart(
-        point=x, covariance=covariance, initvals=initvals, mu=math.sqrt(spent), releases=releases
+        point=x, covariance=covariance, initvals=initvals, mu=spent.mu, releases=spent.releases
     )

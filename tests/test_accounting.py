@@ -23,6 +23,8 @@ from pymc_penalty.accounting import (
     RepeatedRelease,
     calibrate_step_mu,
     compose_mu,
+    compose_mu2,
+    composed_epsilon,
     expected_acceptance,
     gaussian_epsilon,
     gdp_delta,
@@ -380,6 +382,81 @@ def test_compensated_sum_does_not_drift():
 
 
 # --------------------------------------------------------------------------------------------
+# the one accountant: compose_mu2, composed_epsilon, GDPAccountant.spend / total
+# --------------------------------------------------------------------------------------------
+
+
+def _closed_form_delta(epsilon: float, mu: float) -> float:
+    """Dong, Roth and Su's delta(epsilon) written directly with scipy (independent of gdp.py)."""
+    from scipy.stats import norm
+
+    return float(
+        norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2)
+    )
+
+
+def test_compose_mu2_against_an_independent_sum():
+    rng = np.random.default_rng(12)
+    mus = rng.uniform(0.0, 0.05, size=(3, 500))
+    by_hand = [math.fsum(float(m) ** 2 for m in row) for row in mus]
+    np.testing.assert_allclose(compose_mu2(mus, axis=1), by_hand, rtol=1e-12)
+    assert compose_mu2(mus) == pytest.approx(math.fsum(by_hand), rel=1e-12)
+    running = compose_mu2(mus, axis=1, cumulative=True)
+    assert running.shape == mus.shape
+    for t in (0, 17, 499):
+        assert running[1, t] == pytest.approx(math.fsum(float(m) ** 2 for m in mus[1, : t + 1]))
+    assert compose_mu2([]) == 0.0
+    assert compose_mu2([0.1, math.inf]) == math.inf
+    for bad in ([0.1, -1e-3], [0.1, math.nan]):
+        with pytest.raises(ValueError, match="mus"):
+            compose_mu2(bad)
+
+
+def test_composed_epsilon_matches_the_closed_form_and_the_reference_figure():
+    mu = 0.268051  # DESIGN.md: spends (1, 1e-5)
+    assert composed_epsilon(mu**2, 1e-5) == pytest.approx(1.0, abs=2e-5)
+    for mu2 in (1e-3, 0.07, 1.0, 9.0):
+        eps = composed_epsilon(mu2, 1e-6)
+        # independent check: the closed-form delta at that epsilon is the target delta
+        assert _closed_form_delta(eps, math.sqrt(mu2)) == pytest.approx(1e-6, rel=1e-6)
+    # A spend one release short gives a smaller epsilon: the conversion sees every release.
+    assert composed_epsilon(0.99 * mu**2, 1e-5) < 1.0 - 1e-3
+    assert composed_epsilon(0.0, 1e-5) == 0.0
+    assert composed_epsilon(-1e-18, 1e-5) == 0.0  # round-off below zero counts as nothing
+    assert composed_epsilon(math.inf, 1e-5) == math.inf
+    assert composed_epsilon(math.nan, 1e-5) == math.inf
+    with pytest.raises(ValueError, match="delta"):
+        composed_epsilon(math.inf, 1.5)  # delta is checked whatever the spend
+
+
+def test_accountant_spend_is_a_gaussian_release_and_total_composes_chains():
+    a = GDPAccountant().spend(0.02, count=300).spend(0.05)
+    b = GDPAccountant().compose(GaussianRelease(0.02, 1.0), 300).compose(GaussianRelease(1.0, 20.0))
+    assert a.mu_squared == pytest.approx(b.mu_squared, rel=1e-15)
+    assert a.releases == b.releases == 301
+    chains = [GDPAccountant().spend(0.03, count=100 + 10 * c) for c in range(4)]
+    whole = GDPAccountant.total(chains)
+    assert whole.releases == sum(c.releases for c in chains) == 460
+    assert whole.mu_squared == pytest.approx(460 * 0.03**2, rel=1e-14)
+    assert [c.releases for c in chains] == [100, 110, 120, 130]  # arguments left alone
+    eps = whole.get_epsilon(1e-5)
+    assert _closed_form_delta(eps, math.sqrt(460) * 0.03) == pytest.approx(1e-5, rel=1e-6)
+    # Leaving one chain out must change the answer (the cross-check above could not pass so).
+    assert GDPAccountant.total(chains[1:]).get_epsilon(1e-5) < eps - 1e-3
+    # A release without finite sensitivity: no finite guarantee, and it stays so.
+    c = GDPAccountant().spend(0.1).spend(math.inf).spend(0.2)
+    assert c.mu_squared == math.inf and c.get_epsilon(1e-5) == math.inf and c.releases == 3
+    assert GDPAccountant.total([c, chains[0]]).get_epsilon(1e-5) == math.inf
+    for bad in (-0.1, math.nan, "0.1"):
+        with pytest.raises(ValueError, match="mu"):
+            GDPAccountant().spend(bad)
+    with pytest.raises(ValueError, match="count"):
+        GDPAccountant().spend(0.1, count=-1)
+    with pytest.raises(ValueError, match="GDPAccountant"):
+        GDPAccountant.total([0.1])
+
+
+# --------------------------------------------------------------------------------------------
 # calibration
 # --------------------------------------------------------------------------------------------
 
@@ -408,6 +485,27 @@ def test_a_ledger_grants_every_calibrated_release(n):
     assert granted == n
     ledger.release_unused()
     assert not ledger.try_spend(mu2 * 1e-3 + budget.mu**2 - ledger.spent_mu2)  # and no more
+
+
+def test_one_calibration_behind_both_names():
+    import pymc_penalty as pp
+    from pymc_penalty import budget
+    from pymc_penalty.accounting import calibration
+
+    assert pp.calibrate is budget.calibrate is calibration.calibrate
+    assert pp.RunPlan is budget.RunPlan is calibration.RunPlan
+    plan = pp.RunPlan(draws=300, tune=200, chains=4)
+    for eps, delta in ((1.0, 1e-5), (0.3, 1e-8), (6.0, 1e-3)):
+        mu = gdp_mu(eps, delta)
+        by_plan = pp.calibrate(mu, plan, warn_below=0.0)
+        assert pp.calibrate(mu, plan.releases, warn_below=0.0) == by_plan
+        assert calibrate_step_mu(eps, delta, plan.releases) == by_plan
+        # independent: R equal releases compose to sqrt(R) mu_step, just below the budget
+        assert 1.0 - 2e-9 < math.sqrt(plan.releases) * by_plan / mu <= 1.0
+        assert pp.calibrate(mu, plan.releases + 1, warn_below=0.0) < by_plan
+    for bad in (0, -3, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="plan"):
+            pp.calibrate(1.0, bad)
 
 
 def test_calibration_is_fast():

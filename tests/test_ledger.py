@@ -586,3 +586,40 @@ def test_overhead_per_release_is_small(tmp_path):
     assert best[0] < 5e-6
     assert best[1] < 5e-6
     assert d_mean < 20e-6
+
+
+# ------------------------------------------------------------------------------------------
+# Import has no side effects: the process hooks are installed with the first ledger.
+
+
+def test_importing_the_ledger_installs_no_process_hook():
+    import subprocess
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(
+        """
+        import atexit, importlib.util, sys, types
+        spec = importlib.util.find_spec("pymc_penalty")
+        package = types.ModuleType("pymc_penalty")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["pymc_penalty"] = package  # the ledger without PyMC, as workers do
+        import multiprocessing.util  # registers its own exit function when imported
+        before = atexit._ncallbacks()
+        import pymc_penalty._ledger_hooks as hooks
+        import pymc_penalty.ledger as ledger
+        assert atexit._ncallbacks() == before and not hooks._INSTALLED, "hook at import"
+        first = ledger.PrivacyLedger(1.0)
+        assert atexit._ncallbacks() == before + 1 and hooks._INSTALLED, "no hook with a ledger"
+        second = ledger.PrivacyLedger(2.0)
+        assert atexit._ncallbacks() == before + 1, "hooks installed twice"
+        assert first.try_spend(0.5) and second.try_spend(0.5)
+        print("ok")
+        """
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -292,6 +292,47 @@ def _pld_epsilon(step_mu: float, count: int, delta: float) -> float:
     return pld.get_epsilon(delta)
 
 
+def test_callback_composes_every_chain_and_party_through_the_accountant():
+    from types import SimpleNamespace
+
+    from scipy.stats import norm
+
+    from pymc_penalty import BudgetExhausted
+
+    budget = PrivacyBudget(1.0, 1e-5)
+    cb = PrivacyCallback(budget)
+    rng = np.random.default_rng(3)
+    mus = {0: rng.uniform(0.001, 0.02, 50), 1: rng.uniform(0.001, 0.02, 30)}
+    for chain, chain_mus in mus.items():
+        for t, m in enumerate(chain_mus):
+            stats = [{"dp_released": True, "dp_mu": m, "dp_mu_owner_0": m, "dp_mu_outsider": m / 2}]
+            cb(draw=SimpleNamespace(chain=chain, tuning=t < 10, stats=stats))
+    # A draw of another step method (no release) still makes its chain count, with 0 releases.
+    cb(draw=SimpleNamespace(chain=2, tuning=False, stats=[{"accept": 1.0}]))
+    # Independent composition and conversion (closed-form delta written with scipy).
+    mu2 = math.fsum(float(m) ** 2 for ms in mus.values() for m in ms)
+    assert cb.mu2 == pytest.approx(mu2, rel=1e-14)
+    mu = math.sqrt(mu2)
+    delta = norm.cdf(-cb.epsilon / mu + mu / 2) - math.exp(cb.epsilon) * norm.cdf(
+        -cb.epsilon / mu - mu / 2
+    )
+    assert delta == pytest.approx(1e-5, rel=1e-6)
+    assert cb.releases_by_chain == {0: 50, 1: 30, 2: 0}
+    assert cb.tuning_releases == 20
+    assert cb.component_mu2["dp_mu_owner_0"] == pytest.approx(mu2, rel=1e-14)
+    assert cb.component_mu2["dp_mu_outsider"] == pytest.approx(mu2 / 4, rel=1e-14)
+    # One chain less must read as less spent: the comparison above can fail.
+    assert cb.chain_accountants[1].get_epsilon(1e-5) < cb.epsilon - 1e-3
+    # A refused release stops the run and costs nothing.
+    with pytest.raises(BudgetExhausted):
+        cb(
+            draw=SimpleNamespace(
+                chain=0, tuning=False, stats=[{"dp_released": False, "dp_mu": 0.5}]
+            )
+        )
+    assert cb.releases == 80 and cb.mu2 == pytest.approx(mu2, rel=1e-14)
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_tuning_steps_chains_and_processes_are_all_composed(normal_model, cores):
     chains, tune, draws, step_mu = 2, 7, 5, 0.06

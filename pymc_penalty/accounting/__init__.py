@@ -12,8 +12,11 @@ The subpackage is split by responsibility; every public name is re-exported here
 from ``pymc_penalty.accounting`` directly:
 
 * :mod:`~pymc_penalty.accounting.gdp`: the tight GDP conversions (:func:`gdp_delta`,
-  :func:`gdp_epsilon`, :func:`gdp_mu`) and :func:`compose_mu`, evaluated in log space so they
-  stay finite far into the tails;
+  :func:`gdp_epsilon`, :func:`gdp_mu`), evaluated in log space so they stay finite far into
+  the tails, and composition (:func:`compose_mu2`, :func:`compose_mu`) with the conversion of
+  a composed spend (:func:`composed_epsilon`): the only code in the package that composes
+  releases or turns a spend into ``epsilon`` (the ledger, callback, report, diagnostics,
+  variants and warm start read it);
 * :mod:`~pymc_penalty.accounting.bounds`: looser comparison bounds for the same composition
   (zCDP, RDP and advanced composition), :func:`gaussian_epsilon` and
   :func:`iterations_allowed`;
@@ -21,9 +24,10 @@ from ``pymc_penalty.accounting`` directly:
   Corollary 1 (:func:`theorem1_schedule`);
 * :mod:`~pymc_penalty.accounting.events`: a small immutable event vocabulary and
   :class:`GDPAccountant`, which can be checkpointed;
-* :mod:`~pymc_penalty.accounting.calibration`: calibration from a run plan
-  (:func:`calibrate_step_mu`, :func:`plan_releases`) and the closed-form expected acceptance
-  probability of the penalty test (:func:`expected_acceptance`);
+* :mod:`~pymc_penalty.accounting.calibration`: the one calibration from a run plan
+  (``pymc_penalty.calibrate``, with ``pymc_penalty.RunPlan`` and :func:`plan_releases`;
+  :func:`calibrate_step_mu` is its deprecated alias taking a budget) and the closed-form
+  expected acceptance probability of the penalty test (:func:`expected_acceptance`);
 * :mod:`~pymc_penalty.accounting._validation`: the shared argument checkers (private).
 
 Pure NumPy/SciPy: nothing here imports PyMC.  Sensitivities are the L2 sensitivity under the
@@ -62,6 +66,8 @@ from pymc_penalty.accounting.events import (
 from pymc_penalty.accounting.gdp import (
     DegenerateDeltaWarning,
     compose_mu,
+    compose_mu2,
+    composed_epsilon,
     gdp_delta,
     gdp_epsilon,
     gdp_mu,
@@ -80,6 +86,8 @@ __all__ = [
     "calibrate_step_mu",
     "classical_gaussian_epsilon",
     "compose_mu",
+    "compose_mu2",
+    "composed_epsilon",
     "expected_acceptance",
     "gaussian_epsilon",
     "gdp_delta",

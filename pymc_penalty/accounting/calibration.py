@@ -1,19 +1,27 @@
 """Calibration from a run plan, and the expected acceptance of the penalty test.
 
-:func:`plan_releases` counts the releases a run makes, :func:`calibrate_step_mu` spreads a
-budget evenly over them, and :func:`expected_acceptance` gives the closed-form acceptance
-probability that the chosen noise level costs.
+:func:`plan_releases` counts the releases a run makes (:class:`RunPlan` holds a plan),
+:func:`calibrate` spreads a Gaussian-DP ``mu`` evenly over them: the one calibration of the
+package (``pymc_penalty.calibrate`` is this function; :func:`calibrate_step_mu` is a
+deprecated alias taking a budget). :func:`expected_acceptance` gives the closed-form
+acceptance probability that the chosen noise level costs.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import log_ndtr
 
 from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.gdp import _gdp_mu
+from pymc_penalty.kernel import split_step_mu
+from pymc_penalty.sensitivity import ClipMode, Neighbours
+from pymc_penalty.validation import InvalidArgumentError, check_clip, check_share
 
 __all__ = ["calibrate_step_mu", "expected_acceptance", "plan_releases"]
 
@@ -23,13 +31,149 @@ __all__ = ["calibrate_step_mu", "expected_acceptance", "plan_releases"]
 CALIBRATION_MARGIN = 1.0 - 1e-9
 
 
+class FrozenChainWarning(UserWarning):
+    """The calibrated noise is so large that the chain will hardly move."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do: draws and tuning steps per chain, and chains.
+
+    Parameters
+    ----------
+    draws, tune : int
+        Draws and tuning steps per chain, ``>= 0``, not both 0.
+    chains : int
+        Number of chains, ``>= 1``.
+    """
+
+    draws: int
+    tune: int
+    chains: int
+
+    def __post_init__(self) -> None:
+        if self.releases < 1:  # plan_releases checks each field's type and range
+            raise ValueError("`draws + tune` must be at least 1: the plan makes no release.")
+
+    @property
+    def releases(self) -> int:
+        """Releases the whole run makes: tuning steps and every chain count."""
+        return plan_releases(self.draws, self.tune, self.chains)
+
+
+def calibrate(
+    available_mu: float,
+    plan: RunPlan | int,
+    *,
+    n_datapoints: int | None = None,
+    clip: float = 1.0,
+    clip_mode: ClipMode | str = ClipMode.DISTANCE,
+    neighbours: Neighbours | str = Neighbours.SUBSTITUTE,
+    clip_count_share: float = 0.05,
+    warn_below: float = 0.05,
+) -> float:
+    """Per-step ``mu`` so that the whole plan spends at most ``available_mu``.
+
+    Equal releases compose to ``sqrt(R) mu_step`` (``R`` the plan's releases), so
+    ``mu_step = available_mu / sqrt(R)``, taken a relative 1e-9 below that so that float
+    rounding can never make the last planned release exceed the budget (a
+    :class:`~pymc_penalty.PrivacyLedger` rounds every charge up). The noise standard deviation
+    is then ``Delta / mu_step``.
+
+    Parameters
+    ----------
+    available_mu : float
+        The Gaussian-DP ``mu`` left to spend (a budget's ``mu``, or a ledger's remainder).
+    plan : RunPlan or int
+        The run, or directly the number of releases it makes (``>= 1``; see
+        :func:`plan_releases`).
+    n_datapoints : int, optional
+        Used for the near-frozen warning with ``clip_mode="distance"`` under substitute-one
+        neighbours, where ``n`` is public: the typical posterior step length is taken as
+        ``1 / sqrt(n)``. Ignored under add/remove-one, where ``n`` itself is private: the
+        warning then assumes a step of length 0.1, as it does when ``n`` is not given.
+    clip, clip_mode, neighbours, clip_count_share
+        The step's settings, to predict its noise.
+    warn_below : float, default 0.05
+        Warn (:class:`~pymc_penalty.FrozenChainWarning`) when the closed-form expected
+        acceptance of a proposal whose true log-likelihood ratio is 0 falls below this
+        (``0`` never warns).
+
+    Returns
+    -------
+    float
+        Per-step ``mu``.
+
+    Notes
+    -----
+    The warning's text is built from public quantities only (the per-step ``mu``, the number
+    of planned releases, ``clip`` and the threshold), never from ``n`` or anything computed
+    from it, so it is identical for any two datasets; whether it fires depends on ``n`` only
+    under substitute-one neighbours, where ``n`` is public.
+    """
+    available_mu = _real("available_mu", available_mu, low=0.0, low_open=True)
+    if isinstance(plan, RunPlan):
+        releases = plan.releases
+    elif isinstance(plan, numbers.Integral) and not isinstance(plan, bool):
+        releases = _integer("plan", plan, low=1)
+    else:
+        raise InvalidArgumentError(
+            "`plan` must be a pymc_penalty.RunPlan(draws, tune, chains) or a number of "
+            "releases (an integer >= 1)."
+        )
+    if n_datapoints is not None:
+        _integer("n_datapoints", n_datapoints, low=1)
+    clip = check_clip(clip, allow_auto=False)
+    clip_count_share = check_share("clip_count_share", clip_count_share)
+    warn_below = _real("warn_below", warn_below, low=0.0, high=1.0)
+    mode, relation = ClipMode.parse(clip_mode), Neighbours.parse(neighbours)
+    step_mu = available_mu / math.sqrt(releases) * CALIBRATION_MARGIN
+    if warn_below > 0.0:
+        setting = (clip, mode, relation, clip_count_share)
+        _warn_if_frozen(step_mu, releases, n_datapoints, setting, warn_below)
+    return step_mu
+
+
+def _warn_if_frozen(
+    step_mu: float,
+    releases: int,
+    n_datapoints: int | None,
+    setting: tuple[float, ClipMode, Neighbours, float],
+    warn_below: float,
+) -> None:
+    """Warn when ``step_mu`` predicts a nearly frozen chain (public figures only);
+    ``setting`` is the step's ``(clip, clip_mode, neighbours, clip_count_share)``."""
+    clip, mode, relation, clip_count_share = setting
+    mu_ll, _ = split_step_mu(step_mu, clip_count_share)
+    if mode is ClipMode.CONSTANT:
+        length = 1.0
+    elif n_datapoints and relation is Neighbours.SUBSTITUTE:
+        # n is public under substitute-one only; under add/remove-one it must not decide
+        # anything that leaves the package, this warning included.
+        length = 1.0 / math.sqrt(n_datapoints)
+    else:
+        length = 0.1
+    sigma = relation.factor * clip * length / mu_ll
+    if float(expected_acceptance(0.0, sigma)) < warn_below:
+        # Public figures only: neither n nor the predicted noise sd or acceptance (both
+        # computed from n) may appear in the message.
+        warnings.warn(
+            f"The calibrated per-step mu ({step_mu:.3g} for each of {releases} releases, "
+            f"clip={clip:g}) predicts an expected acceptance below {warn_below:g} even for a "
+            "move that does not change the likelihood: the chain will be nearly frozen. Raise "
+            "epsilon, run fewer steps, or lower `clip`.",
+            FrozenChainWarning,
+            stacklevel=3,
+        )
+
+
 def calibrate_step_mu(epsilon: float, delta: float, n_releases: int) -> float:
     """Per-release ``Delta / sigma`` such that ``n_releases`` releases spend the budget.
 
-    Equal releases compose to ``sqrt(n) mu_step``, so ``mu_step = gdp_mu(epsilon, delta) /
-    sqrt(n_releases)``, taken a relative 1e-9 below that so that float rounding can never make
-    the last planned release exceed the budget (a :class:`~pymc_penalty.PrivacyLedger` rounds
-    every charge up).  The noise standard deviation is then ``Delta / mu_step``.
+    .. deprecated:: 0.2
+        A thin alias of :func:`pymc_penalty.calibrate`:
+        ``calibrate(gdp_mu(epsilon, delta), n_releases, warn_below=0.0)``, the same figure
+        (``gdp_mu(epsilon, delta) / sqrt(n_releases)``, a relative 1e-9 below).
 
     Parameters
     ----------
@@ -48,7 +192,7 @@ def calibrate_step_mu(epsilon: float, delta: float, n_releases: int) -> float:
     epsilon = _real("epsilon", epsilon, low=0.0)
     delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     n_releases = _integer("n_releases", n_releases, low=1)
-    return _gdp_mu(epsilon, delta) / math.sqrt(n_releases) * CALIBRATION_MARGIN
+    return calibrate(_gdp_mu(epsilon, delta), n_releases, warn_below=0.0)
 
 
 def plan_releases(draws: int, tune: int, chains: int, *, releases_per_step: int = 1) -> int:

@@ -2,17 +2,19 @@
 
 Events describe what was released (:class:`GaussianRelease`, :class:`ComposedReleases`,
 :class:`RepeatedRelease`); the accountant keeps their composed ``sum mu_t**2`` and answers with
-the tight ``mu``-GDP curve of :mod:`pymc_penalty.accounting.gdp`.
+the tight ``mu``-GDP curve of :mod:`pymc_penalty.accounting.gdp`. The sampling callback keeps
+one accountant per chain and per party, and the private warm start one for its releases.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pymc_penalty.accounting._validation import _integer, _real
-from pymc_penalty.accounting.gdp import _gdp_epsilon, gdp_delta
+from pymc_penalty.accounting.gdp import composed_epsilon, gdp_delta
 
 __all__ = [
     "ComposedReleases",
@@ -173,7 +175,58 @@ class GDPAccountant:
         self._releases += count * _release_count(event)
         return self
 
+    def spend(self, mu: float, count: int = 1) -> GDPAccountant:
+        """Add ``count`` releases of a ``mu``-GDP Gaussian mechanism; returns ``self``.
+
+        The same as ``compose(GaussianRelease(sensitivity=mu, noise_sd=1.0), count)`` without
+        building an event (the callback calls it for every draw of every chain), and ``mu``
+        may be ``inf`` (a release without a finite sensitivity): the accountant then answers
+        ``mu = inf`` and ``epsilon = inf``.
+
+        Parameters
+        ----------
+        mu : float
+            The release's GDP parameter ``Delta / sigma``, in ``[0, inf]``.
+        count : int, default 1
+            Number of such releases, ``>= 0``.
+
+        Returns
+        -------
+        GDPAccountant
+        """
+        mu = _real("mu", mu, low=0.0, finite=False)
+        count = _integer("count", count)
+        self._add(count * (mu * mu) if count else 0.0)
+        self._releases += count
+        return self
+
+    @classmethod
+    def total(cls, accountants: Iterable[GDPAccountant]) -> GDPAccountant:
+        """A new accountant holding the composition of ``accountants`` (for instance every
+        chain's); the arguments are left as they are.
+
+        Parameters
+        ----------
+        accountants : iterable of GDPAccountant
+
+        Returns
+        -------
+        GDPAccountant
+        """
+        out = cls()
+        for acc in accountants:
+            if not isinstance(acc, GDPAccountant):
+                raise ValueError(f"accountants must be GDPAccountant; got {type(acc).__name__}")
+            out._add(acc._mu_sq)
+            out._add(acc._carry)
+            out._releases += acc._releases
+        return out
+
     def _add(self, x: float) -> None:
+        if math.isinf(x) or math.isinf(self._mu_sq):
+            # No finite guarantee any more; keep the carry out of inf - inf.
+            self._mu_sq, self._carry = math.inf, 0.0
+            return
         # Neumaier's compensated summation.
         total = self._mu_sq + x
         if abs(self._mu_sq) >= abs(x):
@@ -198,8 +251,9 @@ class GDPAccountant:
         return self._releases
 
     def get_epsilon(self, delta: float) -> float:
-        """Tight ``epsilon`` at ``delta`` (see :func:`gdp_epsilon`)."""
-        return _gdp_epsilon(mu=self.mu, delta=delta)
+        """Tight ``epsilon`` at ``delta`` (see :func:`composed_epsilon`); ``inf`` once a release
+        without finite sensitivity was composed."""
+        return composed_epsilon(self.mu_squared, delta)
 
     def get_delta(self, epsilon: float) -> float:
         """Tight ``delta`` at ``epsilon`` (see :func:`gdp_delta`)."""

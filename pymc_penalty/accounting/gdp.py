@@ -7,7 +7,10 @@ privacy", JRSS-B 2022, Corollary 3.3), whose tight ``(epsilon, delta)`` curve is
     delta(epsilon) = Phi(-epsilon / mu + mu / 2) - exp(epsilon) * Phi(-epsilon / mu - mu / 2).
 
 The conversions here (:func:`gdp_delta`, :func:`gdp_epsilon`, :func:`gdp_mu`) are evaluated in
-log space so they stay finite far into the tails; :func:`compose_mu` composes.
+log space so they stay finite far into the tails. Composition and the conversion of what a run
+spent live here and nowhere else in the package: :func:`compose_mu2` (``sum mu_t**2``, also
+per chain or cumulative), :func:`compose_mu` (its square root) and :func:`composed_epsilon`
+(the tight ``epsilon`` of a composed ``sum mu_t**2``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from scipy.special import erfcx, erfinv, log_ndtr, ndtri
 from pymc_penalty.accounting._validation import _real
 from pymc_penalty.validation import InvalidArgumentError
 
-__all__ = ["DegenerateDeltaWarning", "compose_mu", "gdp_delta", "gdp_epsilon", "gdp_mu"]
+__all__ = [
+    "DegenerateDeltaWarning",
+    "compose_mu",
+    "compose_mu2",
+    "composed_epsilon",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_mu",
+]
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
@@ -246,6 +257,74 @@ def _gdp_mu(epsilon: float, delta: float) -> float:
     return float(brentq(excess, lo, hi, xtol=1e-300, rtol=_BRENT_RTOL, maxiter=200))
 
 
+def compose_mu2(
+    mus: Iterable[float] | np.ndarray, *, axis: int | None = None, cumulative: bool = False
+) -> float | np.ndarray:
+    """``sum_t mu_t**2`` of an adaptive composition of ``mu_t``-GDP releases.
+
+    The one place where the package composes per-release GDP parameters: a run's, a chain's or
+    a party's releases compose to ``sqrt(compose_mu2(mus))``-GDP (Dong, Roth and Su 2022,
+    Corollary 3.3).
+
+    Parameters
+    ----------
+    mus : array_like of float
+        Per-release GDP parameters, each ``>= 0`` (``0`` for a refused release); ``inf``
+        (a release without finite sensitivity) makes the sum ``inf``.
+    axis : int, optional
+        Compose along this axis only (for instance one sum per chain); all entries by default.
+    cumulative : bool, default False
+        Return the running sums along ``axis`` (the spend after each release) instead.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float when everything is composed into one number, else an array.
+
+    Raises
+    ------
+    ValueError
+        If any entry is negative or NaN.
+    """
+    arr = np.asarray(list(mus) if not isinstance(mus, np.ndarray) else mus, dtype=float)
+    if np.any(np.isnan(arr)) or np.any(arr < 0.0):
+        raise ValueError("mus must contain only real numbers in [0, inf]")
+    sq = arr * arr
+    if cumulative:
+        out = np.cumsum(sq if axis is not None else sq.ravel(), axis=axis)
+    else:
+        out = np.sum(sq, axis=axis)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def composed_epsilon(mu2: float, delta: float) -> float:
+    """Tight ``epsilon`` at ``delta`` of releases whose ``sum mu_t**2`` is ``mu2``.
+
+    The one conversion of a spend into ``epsilon`` used by the package's ledger, callback,
+    report, diagnostics and variants: ``gdp_epsilon(sqrt(mu2), delta)``, without the
+    :class:`DegenerateDeltaWarning` (``0.0`` is the right answer for a tiny spend, such as the
+    first point of an epsilon curve).
+
+    Parameters
+    ----------
+    mu2 : float
+        Composed ``sum mu_t**2`` (see :func:`compose_mu2`); a negative value (round-off below
+        zero) counts as ``0``; ``inf`` or NaN (no finite guarantee) gives ``inf``.
+    delta : float
+        Target ``delta``, in ``(0, 1)``.
+
+    Returns
+    -------
+    float
+        ``epsilon >= 0``, or ``inf``.
+    """
+    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    mu2 = float(mu2)
+    if not math.isfinite(mu2):
+        return math.inf
+    return _gdp_epsilon(math.sqrt(max(mu2, 0.0)), delta)
+
+
 def compose_mu(mus: Iterable[float] | np.ndarray) -> float:
     """GDP parameter of an adaptive composition: ``sqrt(sum(mu_t ** 2))``.
 
@@ -265,7 +344,6 @@ def compose_mu(mus: Iterable[float] | np.ndarray) -> float:
         If any entry is negative, infinite or NaN.
     """
     arr = np.asarray(list(mus) if not isinstance(mus, np.ndarray) else mus, dtype=float)
-    arr = arr.ravel()
-    if not np.all(np.isfinite(arr) & (arr >= 0.0)):
+    if not np.all(np.isfinite(arr)):
         raise ValueError("mus must contain only finite real numbers in [0, inf)")
-    return float(np.sqrt(np.dot(arr, arr)))
+    return math.sqrt(compose_mu2(arr))

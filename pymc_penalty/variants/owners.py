@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from pymc.blocking import RaveledVars
 
-from pymc_penalty.accounting.gdp import _gdp_epsilon
+from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
 from pymc_penalty.kernel import (
     clip_count_noise_sd,
     split_step_mu,
@@ -178,11 +178,13 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             else:
                 count_sd = np.full(n_own, math.inf)
             mu_owners = mu_ll / math.sqrt(1.0 - share)
-        total_var = float(np.sum(sigmas**2))
-        mu_out2 = 0.0 if delta == 0.0 else delta**2 / total_var
-        if np.all(np.isfinite(count_sd)):
-            mu_out2 += 1.0 / float(np.sum(count_sd**2))
-        return bound, delta, sigmas, count_sd, mu_owners, math.sqrt(mu_out2)
+        # The outsider sees the sums: the likelihood release and the count release, each
+        # under all owners' noise, composed.
+        mu_ll_out = 0.0 if delta == 0.0 else delta / math.sqrt(float(np.sum(sigmas**2)))
+        finite = np.all(np.isfinite(count_sd))
+        mu_count_out = 1.0 / math.sqrt(float(np.sum(count_sd**2))) if finite else 0.0
+        mu_out = compose_mu([mu_ll_out, mu_count_out])
+        return bound, delta, sigmas, count_sd, mu_owners, mu_out
 
     # --- the step ------------------------------------------------------------------------
 
@@ -277,7 +279,7 @@ def owner_report(
 
     Composes the per-step ``dp_mu_owner_<j>`` and ``dp_mu_outsider`` statistics of every release
     (all chains together, tuning included) as Gaussian DP, ``mu = sqrt(sum_t mu_t^2)``, and
-    converts with :func:`~pymc_penalty.accounting.gdp_epsilon`.
+    converts with :func:`~pymc_penalty.accounting.composed_epsilon`.
 
     Parameters
     ----------
@@ -325,23 +327,16 @@ def owner_report(
         out_mu = _stat(src, "dp_mu_outsider")
         if owners_mu is None or out_mu is None:
             raise ValueError("Statistics `dp_mu_owner_<j>` and `dp_mu_outsider` are required.")
-        flat = owners_mu.reshape(-1, owners_mu.shape[-1])
-        part = np.sum(flat**2, axis=0)
+        part = compose_mu2(owners_mu.reshape(-1, owners_mu.shape[-1]), axis=0)
         mu2_owners = part if mu2_owners is None else mu2_owners + part
-        mu2_out += float(np.sum(out_mu**2))
+        mu2_out += compose_mu2(out_mu)
         released = _stat(src, "dp_released")
         releases += int(np.sum(released)) if released is not None else int(out_mu.size)
-    mu_owners = np.sqrt(mu2_owners)
-    mu_out = math.sqrt(mu2_out)
     return {
         "delta": float(delta),
         "releases": releases,
-        "mu_vs_owners": [float(m) for m in mu_owners],
-        "epsilon_vs_owners": [_epsilon(delta, float(m)) for m in mu_owners],
-        "mu_vs_outsider": mu_out,
-        "epsilon_vs_outsider": _epsilon(delta, mu_out),
+        "mu_vs_owners": [math.sqrt(m) for m in mu2_owners],
+        "epsilon_vs_owners": [composed_epsilon(m, delta) for m in mu2_owners],
+        "mu_vs_outsider": math.sqrt(mu2_out),
+        "epsilon_vs_outsider": composed_epsilon(mu2_out, delta),
     }
-
-
-def _epsilon(delta: float, mu: float) -> float:
-    return math.inf if not math.isfinite(mu) else float(_gdp_epsilon(mu=mu, delta=delta))
