@@ -632,7 +632,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             x_new = x0
         self.adapter.after_decision(decision.accepted)
         if self.tune:
-            self._pending_tuning = (x_new, decision.accept_prob, decision.accepted, None)
+            self._pending_tuning = (x_new.copy(), decision.accept_prob, decision.accepted, None)
         return x_new, decision
 
     def _apply_pending_tuning(self) -> None:
