@@ -198,6 +198,72 @@ def _data_indexed_dims(model: pm.Model, n: int) -> set[str]:
     return dims
 
 
+def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
+    """Refuse ``pm.Data`` containers too small to hold one row per datapoint that the
+    likelihood reads.
+
+    Every ``pm.Data`` container is data (invariant 8): a scalar or short one may hold a
+    statistic of the table (``pm.Data("xbar", x.mean())``, mixture weights counted from the
+    data), and every datapoint's term that reads it then moves with every record, as with
+    covariates centred inside the model. The row-locality probes cannot see it (its value is
+    not a record), so it is refused by declaration: pass public constants as plain numbers.
+    """
+    if n < 2:
+        return
+    read = _ancestors(list(model.observed_RVs), through_shapes=False)
+    small = [d.name for d in model.data_vars if d in read and not carries_records(_shape_of(d), n)]
+    if small:
+        raise ModelNotPrivateError(
+            f"The likelihood reads pm.Data containers {small} that do not hold one row per "
+            "datapoint. A pm.Data container is data: if it holds a statistic of the table (a "
+            "mean, a count, weights), every datapoint's term moves with every record and the "
+            "clip bound would not bound the sensitivity. Pass public constants as plain "
+            "numbers, and per-datapoint covariates as pm.Data with one row per datapoint."
+        )
+
+
+def _near_n(shape: Sequence[int], n: int) -> bool:
+    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on)."""
+    return any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in shape)
+
+
+def _refuse_published_axes_near_n(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    sources: Sequence[Variable],
+    n: int,
+    point: dict[str, np.ndarray],
+) -> None:
+    """Under add/remove-one, refuse published outputs that have an axis as long as the data.
+
+    Stripping (:func:`pymc_penalty.report.strip_data`) drops every variable with an axis of
+    length ``n`` where ``n`` is private; if a variable of a *fixed* length that happens to
+    equal ``n`` reached it, whether it is published would tell ``n`` from ``n + 1``. So the
+    data-independent Deterministics and the ``proposal`` statistic (the raveled parameter
+    vector) must not have such an axis. Data-dependent Deterministics are dropped whatever
+    their shape and are not refused.
+    """
+    near = [
+        d.name
+        for d in model.deterministics
+        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n)
+    ]
+    if near:
+        raise ModelNotPrivateError(
+            f"Deterministics {near} have an axis as long as the data. Under add/remove-one "
+            "neighbours the number of datapoints is private, and their shape would publish it. "
+            "Use neighbours='substitute' (the count is then public), or remove them."
+        )
+    size = sum(int(np.size(point[v.name])) for v in value_vars)
+    if _near_n((size,), n):
+        raise ModelNotPrivateError(
+            "The step's parameter vector (all free variables raveled, published per step as "
+            "the `proposal` statistic) is as long as the data. Under add/remove-one neighbours "
+            "the number of datapoints is private, and that length would publish it. Use "
+            "neighbours='substitute' (the count is then public), or change the parameters."
+        )
+
+
 def validate_model(
     model: pm.Model,
     value_vars: Sequence[Variable],
@@ -291,6 +357,7 @@ def validate_model(
                 "without noise. Use data-independent priors with scalar or small public "
                 "parameters, given as plain numbers rather than pm.Data."
             )
+    _refuse_summaries_in_pm_data(model, n)
     for rv, initval in model.rvs_to_initial_values.items():
         if isinstance(initval, Variable) and depends_on_data([initval], sources, n):
             raise ModelNotPrivateError(
@@ -302,11 +369,7 @@ def validate_model(
     if add_remove:
         # Under add/remove-one neighbours the datapoint count is private: a free variable
         # with one entry per datapoint would publish it in the posterior's shape.
-        per_row = [
-            rv.name
-            for rv in model.free_RVs
-            if any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in _shape_of(rv))
-        ]
+        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n)]
         if per_row:
             raise ModelNotPrivateError(
                 f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
@@ -314,6 +377,9 @@ def validate_model(
                 "publish it. Use neighbours='substitute' (the count is then public), or model "
                 "per-datapoint effects by groups of public size."
             )
+    if add_remove:
+        point = point or model.initial_point()
+        _refuse_published_axes_near_n(model, value_vars, sources, n, point)
     if row_locality:
         try:
             check_row_locality(model, value_vars, point or model.initial_point(), n)
