@@ -217,8 +217,9 @@ def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
             f"The likelihood reads pm.Data containers {small} that do not hold one row per "
             "datapoint. A pm.Data container is data: if it holds a statistic of the table (a "
             "mean, a count, weights), every datapoint's term moves with every record and the "
-            "clip bound would not bound the sensitivity. Pass public constants as plain "
-            "numbers, and per-datapoint covariates as pm.Data with one row per datapoint."
+            "clip bound would not bound the sensitivity. Pass public constants (group-level "
+            "covariates included) as plain numbers or NumPy arrays, and per-datapoint "
+            "covariates as pm.Data with one row per datapoint."
         )
 
 

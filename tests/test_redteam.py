@@ -60,6 +60,8 @@ def _accepted(build, **step_kwargs) -> None:
 
 
 COUPLED = "moves other datapoints"
+#: The table as a module-level array, as a CustomDist's logp might close over it.
+Y_GLOBAL = Y.copy()
 
 
 # --- idioms that couple rows: refused ------------------------------------------------------
@@ -199,6 +201,31 @@ def test_mixture_weights_held_in_a_short_pm_data_are_refused():
         pm.Mixture("y", w=w, comp_dists=comps, observed=Y)
 
     _refused(build, r"pm.Data containers \['w'\]")
+
+
+def test_customdist_logp_reading_a_summary_of_a_global_numpy_array_is_refused():
+    """A ``logp`` closing over the table as a module-level NumPy array."""
+
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu, 1.0), value) + 0.1 * pt.as_tensor(Y_GLOBAL).mean()
+
+    def build():
+        pm.CustomDist("y", pm.Normal("m"), logp=logp, observed=Y)
+
+    _refused(build, COUPLED)
+
+
+def test_control_group_level_covariate_as_a_numpy_array_is_accepted():
+    """The fix for a short pm.Data read by the likelihood: a public group-level covariate
+    passed as a NumPy array (it has fewer than n / 2 entries, so it holds no records)."""
+    group_x = np.array([0.2, -0.4, 1.1])
+    idx = np.resize(np.arange(3), N)
+
+    def build():
+        g = pm.Data("g", idx)
+        pm.Normal("y", pm.Normal("a") + pm.Normal("b") * group_x[g], 1.0, observed=Y)
+
+    _accepted(build)
 
 
 # --- controls: row-local, accepted ---------------------------------------------------------
@@ -481,7 +508,8 @@ def test_auto_clip_is_a_function_of_released_statistics_only():
 def test_auto_metric_clip_step_audits_below_its_claim_and_a_broken_one_above():
     """Worst-case neighbours for ``clip="auto"``, ``clip_mode="metric"`` (the audit freezes
     tuning at the starting clip; measured: bound 1.66 against the claim 4.38, white-box mu
-    0.94 for the likelihood release, whose mu is 0.975; broken control 7.59; about 10 s). Row 0 sits just inside -B at the pair mu: 0 -> 0.5; its
+    0.94 for the likelihood release, whose mu is 0.975; broken control 7.59; about 10 s).
+    Row 0 sits just inside -B at the pair mu: 0 -> 0.5; its
     substitute is clipped at +B, so the clipped sum moves by 2B and the count by one."""
     rng = np.random.default_rng(20261124)
     y = rng.normal(size=20)
