@@ -7,10 +7,14 @@ neighbours, where the datapoint count ``n`` is private, everything that leaves t
 must be the same for ``n`` and ``n + 1`` rows. With ``clip="auto"`` every input of the clip's
 adaptation must be released or public, and the audited step must stay below its claim.
 
-Two leaks were found and fixed here (both under add/remove-one, both switched by ``n``):
-stripping dropped a data-independent Deterministic, or the ``proposal`` statistic, exactly
-when its length equalled ``n``, so its presence (and ``dp_removed``) told ``n`` from
-``n + 1``. One documented limitation is pinned with a strict xfail: columns derived outside
+Three leaks were found and fixed here. Under add/remove-one, stripping dropped a
+data-independent Deterministic, or the ``proposal`` statistic, exactly when its length
+equalled ``n``, so its presence (and ``dp_removed``) told ``n`` from ``n + 1``. And a
+``CustomDist`` whose ``logp`` closes over the table as a NumPy array passed the gate (the
+array enters only when the log density is derived, where no probe reaches it): one record
+moved the clipped sum by 37.1 against a claimed 1.0. A short ``pm.Data`` read by the
+likelihood (a statistic of the table) is refused too, as the package's own rule that every
+``pm.Data`` is data implies. One documented limitation is pinned with a strict xfail: columns derived outside
 the model from the same series (NumPy lags, a reversed copy) couple rows invisibly.
 """
 
@@ -207,12 +211,34 @@ def test_customdist_logp_reading_a_summary_of_a_global_numpy_array_is_refused():
     """A ``logp`` closing over the table as a module-level NumPy array."""
 
     def logp(value, mu):
-        return pm.logp(pm.Normal.dist(mu, 1.0), value) + 0.1 * pt.as_tensor(Y_GLOBAL).mean()
+        return pm.logp(pm.Normal.dist(mu, 1.0), value) + mu * pt.as_tensor(Y_GLOBAL).mean()
 
     def build():
         pm.CustomDist("y", pm.Normal("m"), logp=logp, observed=Y)
 
-    _refused(build, COUPLED)
+    _refused(build, "not in the model's graph")
+
+
+def test_customdist_logp_reading_a_global_numpy_array_row_by_row_is_refused():
+    """Term i reads row n - 1 - i of the table: a record moves two terms."""
+
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu, 1.0), value) + mu * pt.as_tensor(Y_GLOBAL[::-1])
+
+    def build():
+        pm.CustomDist("y", pm.Normal("m"), logp=logp, observed=Y)
+
+    _refused(build, "not in the model's graph")
+
+
+def test_control_customdist_given_its_data_as_a_parameter_is_accepted():
+    def logp(value, mu, x):
+        return pm.logp(pm.Normal.dist(mu * x, 1.0), value)
+
+    def build():
+        pm.CustomDist("y", pm.Normal("m"), pm.Data("x", X), logp=logp, observed=Y)
+
+    _accepted(build)
 
 
 def test_control_group_level_covariate_as_a_numpy_array_is_accepted():
@@ -223,7 +249,7 @@ def test_control_group_level_covariate_as_a_numpy_array_is_accepted():
 
     def build():
         g = pm.Data("g", idx)
-        pm.Normal("y", pm.Normal("a") + pm.Normal("b") * group_x[g], 1.0, observed=Y)
+        pm.Normal("y", pm.Normal("a") + pm.Normal("b") * pt.as_tensor(group_x)[g], 1.0, observed=Y)
 
     _accepted(build)
 
