@@ -14,8 +14,8 @@ equalled ``n``, so its presence (and ``dp_removed``) told ``n`` from ``n + 1``. 
 array enters only when the log density is derived, where no probe reaches it): one record
 moved the clipped sum by 37.1 against a claimed 1.0. A short ``pm.Data`` read by the
 likelihood (a statistic of the table) is refused too, as the package's own rule that every
-``pm.Data`` is data implies. One documented limitation is pinned with a strict xfail: columns derived outside
-the model from the same series (NumPy lags, a reversed copy) couple rows invisibly.
+``pm.Data`` is data implies. One documented limitation is pinned with a strict xfail:
+columns derived outside the model from the same series (NumPy lags) couple rows invisibly.
 """
 
 from __future__ import annotations
