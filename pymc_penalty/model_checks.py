@@ -35,6 +35,7 @@ from pymc_penalty.locality import (
 
 __all__ = [
     "ModelNotPrivateError",
+    "check_initvals",
     "carries_records",
     "data_dependent_deterministics",
     "data_dependent_variables",
@@ -221,6 +222,46 @@ def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
             "covariates included) as plain numbers or NumPy arrays, and per-datapoint "
             "covariates as pm.Data with one row per datapoint."
         )
+
+
+def check_initvals(model: pm.Model, initvals: object) -> None:
+    """Refuse ``pm.sample`` initial values that could carry data (before anything is spent).
+
+    ``initvals`` (a mapping, or one per chain) reaches the chain without noise: a symbolic
+    value that reads data (``{"mu": pt.mean(y_data)}``) would start the chain at an exact
+    statistic, and an array that could hold records (invariant 8) at the records themselves.
+    A scalar computed with NumPy from the data cannot be told from a public one; that stays
+    the curator's responsibility.
+
+    Raises
+    ------
+    ModelNotPrivateError
+        Naming the variable, never a value.
+    """
+    if initvals is None:
+        return
+    n = n_datapoints(model)
+    sources = data_sources(model)
+    per_chain = [initvals] if isinstance(initvals, dict) else list(initvals)
+    for chain_values in per_chain:
+        for name, value in dict(chain_values or {}).items():
+            if isinstance(value, Variable):
+                leaky = depends_on_data([value], sources, n)
+            else:
+                array = np.asarray(value) if value is not None else np.zeros(())
+                flat = array.reshape(-1)
+                leaky = (
+                    array.dtype.kind in "biuf"
+                    and carries_records(array.shape, n)
+                    and not bool(np.all(flat == flat[0]))
+                )
+            if leaky:
+                raise ModelNotPrivateError(
+                    f"The initial value given for {str(name)!r} (initvals) could carry data (an "
+                    "expression of pm.Data or observed values, or an array as long as the "
+                    "data); the chain would start at it without noise. Give a public initial "
+                    "value, or use warm_start for a private starting point."
+                )
 
 
 def _near_n(shape: Sequence[int], n: int) -> bool:

@@ -303,6 +303,44 @@ def test_numpy_lags_of_one_series_are_refused():
     _refused(build, COUPLED)
 
 
+# --- initial values given to pp.sample (fixed here) ---------------------------------------
+
+
+def _sample_with_initvals(initvals):
+    with pm.Model():
+        yd = pm.Data("yd", Y)
+        pm.Normal("y", pm.Normal("mu", 0.0, 10.0), 1.0, observed=yd)
+        return pp.sample(
+            epsilon=0.5,
+            delta=1e-5,
+            draws=5,
+            tune=0,
+            chains=1,
+            initvals=initvals(yd) if callable(initvals) else initvals,
+            random_seed=1,
+            **QUIET,
+        )
+
+
+def test_initvals_computed_from_data_are_refused_before_spending():
+    """LEAK (fixed): ``pp.sample(initvals={"mu": pt.mean(yd)})`` started the chain at the
+    exact data mean (the first draws equalled ``y.mean()`` to the last bit)."""
+    with pytest.raises(ModelNotPrivateError, match="initial value given for 'mu'") as err:
+        _sample_with_initvals(lambda yd: {"mu": pt.mean(yd)})
+    assert not leaked_strings(str(err.value), np.array([Y.mean()]))
+    with pytest.raises(ModelNotPrivateError, match="initial value given for 'mu'"):
+        _sample_with_initvals(lambda yd: [{"mu": 0.0}, {"mu": yd[3]}])  # one per chain
+
+
+def test_initvals_holding_records_are_refused_and_public_ones_accepted():
+    with pm.Model():
+        pm.Normal("y", pm.Normal("u", 0.0, 1.0, shape=N), 1.0, observed=Y)
+        with pytest.raises(ModelNotPrivateError, match="initial value given for 'u'"):
+            pp.sample(epsilon=0.5, delta=1e-5, draws=5, tune=0, chains=1, initvals={"u": Y})
+    idata = _sample_with_initvals({"mu": 0.5})
+    assert idata.posterior["mu"].shape == (1, 5)
+
+
 # --- pm.Data changed after the step is built -------------------------------------------------
 
 
