@@ -211,7 +211,9 @@ def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
     """
     if n < 2:
         return
-    read = _ancestors(list(model.observed_RVs), through_shapes=False)
+    # The generative graph, and the log density (a CustomDist's logp may close over one).
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    read = _ancestors([*model.observed_RVs, *terms], through_shapes=False)
     small = [d.name for d in model.data_vars if d in read and not carries_records(_shape_of(d), n)]
     if small:
         raise ModelNotPrivateError(

@@ -26,6 +26,7 @@ from copy import deepcopy
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 import pytest
 
@@ -231,6 +232,18 @@ def test_customdist_logp_reading_a_global_numpy_array_row_by_row_is_refused():
     _refused(build, "not in the model's graph")
 
 
+def test_customdist_logp_reading_a_global_shared_array_is_refused():
+    table = pytensor.shared(Y_GLOBAL)
+
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu, 1.0), value) + mu * table.mean()
+
+    def build():
+        pm.CustomDist("y", pm.Normal("m"), logp=logp, observed=Y)
+
+    _refused(build, "not in the model's graph")
+
+
 def test_control_customdist_given_its_data_as_a_parameter_is_accepted():
     def logp(value, mu, x):
         return pm.logp(pm.Normal.dist(mu * x, 1.0), value)
@@ -252,6 +265,31 @@ def test_control_group_level_covariate_as_a_numpy_array_is_accepted():
         pm.Normal("y", pm.Normal("a") + pm.Normal("b") * pt.as_tensor(group_x)[g], 1.0, observed=Y)
 
     _accepted(build)
+
+
+def test_scalar_pm_data_read_only_inside_a_customdist_logp_is_refused():
+    def build():
+        xbar = pm.Data("xbar", X.mean())
+
+        def logp(value, b, x):
+            return pm.logp(pm.Normal.dist(b * (x - xbar), 1.0), value)
+
+        pm.CustomDist("y", pm.Normal("b"), pm.Data("x", X), logp=logp, observed=Y)
+
+    _refused(build, r"pm.Data containers \['xbar'\]")
+
+
+def test_data_dependent_deterministic_asked_for_in_var_names_is_stripped():
+    with pm.Model():
+        xd = pm.Data("x", X)
+        b = pm.Normal("b")
+        pm.Deterministic("eta", b * xd)
+        pm.Normal("y", b * xd, 1.0, observed=Y)
+        idata = pp.sample(
+            epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, var_names=["b", "eta"], **QUIET
+        )
+    assert "eta" not in idata.posterior and "b" in idata.posterior
+    assert "posterior/eta" in idata.attrs["dp_removed"]
 
 
 # --- controls: row-local, accepted ---------------------------------------------------------
