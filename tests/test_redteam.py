@@ -7,15 +7,17 @@ neighbours, where the datapoint count ``n`` is private, everything that leaves t
 must be the same for ``n`` and ``n + 1`` rows. With ``clip="auto"`` every input of the clip's
 adaptation must be released or public, and the audited step must stay below its claim.
 
-Three leaks were found and fixed here. Under add/remove-one, stripping dropped a
+Four leaks were found and fixed here. Under add/remove-one, stripping dropped a
 data-independent Deterministic, or the ``proposal`` statistic, exactly when its length
 equalled ``n``, so its presence (and ``dp_removed``) told ``n`` from ``n + 1``. And a
-``CustomDist`` whose ``logp`` closes over the table as a NumPy array passed the gate (the
-array enters only when the log density is derived, where no probe reaches it): one record
-moved the clipped sum by 37.1 against a claimed 1.0. A short ``pm.Data`` read by the
-likelihood (a statistic of the table) is refused too, as the package's own rule that every
-``pm.Data`` is data implies. One documented limitation is pinned with a strict xfail:
-columns derived outside the model from the same series (NumPy lags) couple rows invisibly.
+``CustomDist`` whose ``logp`` closes over the table as a NumPy (or shared) array passed the
+gate (the array enters only when the log density is derived, where no probe reaches it): one
+record moved the clipped sum by 37.1 against a claimed 1.0. And
+``pp.sample(initvals={"mu": pt.mean(y_data)})`` started the chain at the exact data mean.
+A short ``pm.Data`` read by the likelihood (a statistic of the table) is refused too,
+as the package's own rule that every ``pm.Data`` is data implies. One documented
+limitation is pinned with a strict xfail: columns derived outside the model from the same
+series (NumPy lags) couple rows invisibly.
 """
 
 from __future__ import annotations
