@@ -23,7 +23,7 @@ from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, con
 from pymc_penalty.forecast import UtilityWarning, forecast_run
 from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.model_checks import data_dependent_deterministics
+from pymc_penalty.model_checks import check_initvals, data_dependent_deterministics
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
@@ -423,6 +423,7 @@ def sample(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
             "warm-start estimate. Set warm_start=0 to choose the starting point."
         )
+    check_initvals(model, pm_sample_kwargs.get("initvals"))  # before anything is spent
     if ledger_path is None:
         ledger = PrivacyLedger(budget.mu)
     else:

@@ -400,6 +400,23 @@ def _moved_rows(base: list[np.ndarray], moved: list[np.ndarray]) -> set[int]:
     return rows
 
 
+def _refuse_hidden_records(terms: Sequence[Variable], n: int, stand_ins: set[Variable]) -> None:
+    """Refuse arrays that could hold records and appear only in the log density.
+
+    Every record-carrying array of the model's graph has been replaced by a stand-in; a
+    constant or shared array that still could hold records entered when the log density was
+    derived (a NumPy array, or a ``pytensor.shared`` one, that a ``CustomDist``'s ``logp``
+    closes over), where no stand-in can reach it, so neither check could see what it couples.
+    """
+    if any(v not in stand_ins and holds_records(v, n) for v in graph_inputs(terms)):
+        raise RowCouplingError(
+            "A log density reads an array that could hold records but is not in the model's "
+            "graph (for instance a NumPy array that a CustomDist's logp closes over), so "
+            "row locality cannot be checked. Pass every data array to the distribution as "
+            "a parameter (pm.Data with one row per datapoint), or as the observed values."
+        )
+
+
 def check_row_locality(
     model: pm.Model,
     value_vars: Sequence[Variable],
@@ -429,6 +446,7 @@ def check_row_locality(
         return
     probe = _Probe(model, n)
     terms = per_datapoint_terms(probe.model)
+    _refuse_hidden_records(terms, n, {s.stand_in for s in probe.sources.values()})
     names = [v.name for v in value_vars]
     by_name = {v.name: v for v in probe.model.value_vars}
     new_vars = [by_name[name] for name in names]

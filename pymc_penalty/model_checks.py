@@ -35,6 +35,7 @@ from pymc_penalty.locality import (
 
 __all__ = [
     "ModelNotPrivateError",
+    "check_initvals",
     "carries_records",
     "data_dependent_deterministics",
     "data_dependent_variables",
@@ -198,6 +199,115 @@ def _data_indexed_dims(model: pm.Model, n: int) -> set[str]:
     return dims
 
 
+def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
+    """Refuse ``pm.Data`` containers too small to hold one row per datapoint that the
+    likelihood reads.
+
+    Every ``pm.Data`` container is data (invariant 8): a scalar or short one may hold a
+    statistic of the table (``pm.Data("xbar", x.mean())``, mixture weights counted from the
+    data), and every datapoint's term that reads it then moves with every record, as with
+    covariates centred inside the model. The row-locality probes cannot see it (its value is
+    not a record), so it is refused by declaration: pass public constants as plain numbers.
+    """
+    if n < 2:
+        return
+    # The generative graph, and the log density (a CustomDist's logp may close over one).
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    read = _ancestors([*model.observed_RVs, *terms], through_shapes=False)
+    small = [d.name for d in model.data_vars if d in read and not carries_records(_shape_of(d), n)]
+    if small:
+        raise ModelNotPrivateError(
+            f"The likelihood reads pm.Data containers {small} that do not hold one row per "
+            "datapoint. A pm.Data container is data: if it holds a statistic of the table (a "
+            "mean, a count, weights), every datapoint's term moves with every record and the "
+            "clip bound would not bound the sensitivity. Pass public constants (group-level "
+            "covariates included) as plain numbers or NumPy arrays, and per-datapoint "
+            "covariates as pm.Data with one row per datapoint."
+        )
+
+
+def check_initvals(model: pm.Model, initvals: object) -> None:
+    """Refuse ``pm.sample`` initial values that could carry data (before anything is spent).
+
+    ``initvals`` (a mapping, or one per chain) reaches the chain without noise: a symbolic
+    value that reads data (``{"mu": pt.mean(y_data)}``) would start the chain at an exact
+    statistic, and an array that could hold records (invariant 8) at the records themselves.
+    A scalar computed with NumPy from the data cannot be told from a public one; that stays
+    the curator's responsibility.
+
+    Raises
+    ------
+    ModelNotPrivateError
+        Naming the variable, never a value.
+    """
+    if initvals is None:
+        return
+    n = n_datapoints(model)
+    sources = data_sources(model)
+    per_chain = [initvals] if isinstance(initvals, dict) else list(initvals)
+    for chain_values in per_chain:
+        for name, value in dict(chain_values or {}).items():
+            if isinstance(value, Variable):
+                leaky = depends_on_data([value], sources, n)
+            else:
+                array = np.asarray(value) if value is not None else np.zeros(())
+                flat = array.reshape(-1)
+                leaky = (
+                    array.dtype.kind in "biuf"
+                    and carries_records(array.shape, n)
+                    and not bool(np.all(flat == flat[0]))
+                )
+            if leaky:
+                raise ModelNotPrivateError(
+                    f"The initial value given for {str(name)!r} (initvals) could carry data (an "
+                    "expression of pm.Data or observed values, or an array as long as the "
+                    "data); the chain would start at it without noise. Give a public initial "
+                    "value, or use warm_start for a private starting point."
+                )
+
+
+def _near_n(shape: Sequence[int], n: int) -> bool:
+    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on)."""
+    return any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in shape)
+
+
+def _refuse_published_axes_near_n(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    sources: Sequence[Variable],
+    n: int,
+    point: dict[str, np.ndarray],
+) -> None:
+    """Under add/remove-one, refuse published outputs that have an axis as long as the data.
+
+    Stripping (:func:`pymc_penalty.report.strip_data`) drops every variable with an axis of
+    length ``n`` where ``n`` is private; if a variable of a *fixed* length that happens to
+    equal ``n`` reached it, whether it is published would tell ``n`` from ``n + 1``. So the
+    data-independent Deterministics and the ``proposal`` statistic (the raveled parameter
+    vector) must not have such an axis. Data-dependent Deterministics are dropped whatever
+    their shape and are not refused.
+    """
+    near = [
+        d.name
+        for d in model.deterministics
+        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n)
+    ]
+    if near:
+        raise ModelNotPrivateError(
+            f"Deterministics {near} have an axis as long as the data. Under add/remove-one "
+            "neighbours the number of datapoints is private, and their shape would publish it. "
+            "Use neighbours='substitute' (the count is then public), or remove them."
+        )
+    size = sum(int(np.size(point[v.name])) for v in value_vars)
+    if _near_n((size,), n):
+        raise ModelNotPrivateError(
+            "The step's parameter vector (all free variables raveled, published per step as "
+            "the `proposal` statistic) is as long as the data. Under add/remove-one neighbours "
+            "the number of datapoints is private, and that length would publish it. Use "
+            "neighbours='substitute' (the count is then public), or change the parameters."
+        )
+
+
 def validate_model(
     model: pm.Model,
     value_vars: Sequence[Variable],
@@ -291,6 +401,7 @@ def validate_model(
                 "without noise. Use data-independent priors with scalar or small public "
                 "parameters, given as plain numbers rather than pm.Data."
             )
+    _refuse_summaries_in_pm_data(model, n)
     for rv, initval in model.rvs_to_initial_values.items():
         if isinstance(initval, Variable) and depends_on_data([initval], sources, n):
             raise ModelNotPrivateError(
@@ -302,11 +413,7 @@ def validate_model(
     if add_remove:
         # Under add/remove-one neighbours the datapoint count is private: a free variable
         # with one entry per datapoint would publish it in the posterior's shape.
-        per_row = [
-            rv.name
-            for rv in model.free_RVs
-            if any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in _shape_of(rv))
-        ]
+        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n)]
         if per_row:
             raise ModelNotPrivateError(
                 f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
@@ -314,6 +421,9 @@ def validate_model(
                 "publish it. Use neighbours='substitute' (the count is then public), or model "
                 "per-datapoint effects by groups of public size."
             )
+    if add_remove:
+        point = point or model.initial_point()
+        _refuse_published_axes_near_n(model, value_vars, sources, n, point)
     if row_locality:
         try:
             check_row_locality(model, value_vars, point or model.initial_point(), n)
