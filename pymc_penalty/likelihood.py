@@ -128,9 +128,10 @@ class PenaltyLikelihood:
         bound = pt.dscalar("bound")
         ratio = pt.cast(ll - ll_current, "float64")
         # A NaN ratio (both points impossible for a datapoint) counts as clipped at -bound.
-        ratio = pt.switch(pt.isnan(ratio), -bound, ratio)
+        invalid = pt.isnan(ratio)
+        ratio = pt.switch(invalid, -bound, ratio)
         clipped = pt.clip(ratio, -bound, bound)
-        over = pt.abs(ratio) > bound
+        over = pt.or_(pt.abs(ratio) > bound, invalid)
         self.segmented = segments is not None
         if segments is None:
             clipped_sum, n_clipped = clipped.sum(), over.sum()

@@ -419,13 +419,8 @@ def test_data_refilled_after_the_step_is_built_keeps_the_release_bounded():
     assert all(np.isfinite(s["accept"]) for s in stats)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (not a leak): a NaN ratio is set to -B but `over = |ratio| > B` does not count "
-    "it, so dp_clipped_count misses invalid rows, though the threat model says they count as "
-    "clipped (likelihood.py; the count's sensitivity is still 1).",
-)
 def test_an_invalid_row_counts_as_clipped():
+    # A NaN ratio is set to -B and, as the threat model says, counted as clipped (it was not).
     _, step = _refilled_step()
     ll0, _ = step._lik.initial(np.array([0.0]), N)
     assert step._lik.evaluate(np.array([0.1]), ll0, 100.0)[2] == 2
