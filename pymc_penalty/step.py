@@ -175,19 +175,21 @@ def declare_proposal_stat(step: Any, size: int) -> None:
     its InferenceData conversion stacks the entries into a float array with dims
     ``(chain, draw, proposal_dim_0)``.
     """
-    shapes = dict(step.stats_dtypes_shapes)
-    shapes[PROPOSAL_STAT] = (object, [int(size)])
-    step.stats_dtypes_shapes = shapes
-    step.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
+    _declare_stat(step, PROPOSAL_STAT, object, [int(size)])
 
 
 def declare_clip_stat(step: Any) -> None:
     """Add the ``dp_clip`` statistic: the clip constant in force at each step (public, found
     from released counts), so the tuned value is in the trace of every chain and process."""
+    _declare_stat(step, CLIP_STAT, np.float64, [])
+
+
+def _declare_stat(step: Any, name: str, dtype: Any, shape: list) -> None:
+    """Add (or reshape) one statistic of this step instance."""
     shapes = dict(step.stats_dtypes_shapes)
-    shapes[CLIP_STAT] = (np.float64, [])
+    shapes[name] = (dtype, shape)
     step.stats_dtypes_shapes = shapes
-    step.stats_dtypes = [{name: dtype for name, (dtype, _) in shapes.items()}]
+    step.stats_dtypes = [{key: dt for key, (dt, _) in shapes.items()}]
 
 
 @dataclass_state
@@ -403,9 +405,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         _check_positive("noise_sd", noise_sd, allow_none=True)
         _check_positive("mu", mu, allow_none=True)
         clip_auto = isinstance(clip, str) and clip == "auto"
-        if not clip_auto:
-            _check_positive("clip", clip, allow_none=True)
-        _check_positive("scaling", scaling)
         if mu is not None and clip is None:
             raise ValueError("`mu` needs a finite `clip`: with clip=None the sensitivity is inf.")
         if budget is not None and clip is None:
@@ -415,22 +414,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             )
         if budget is not None and ledger is not None:
             _check_budget_ledger(ledger, budget)
-        if not 0.0 <= float(clip_count_share) < 1.0:
-            raise ValueError("`clip_count_share` must be in [0, 1).")
-        if clip_auto and float(clip_count_share) == 0.0:
-            raise ValueError(
-                "clip='auto' needs `clip_count_share` in (0, 1): the clip is found from the "
-                "released clipped counts."
-            )
-        if clip_auto and ClipMode.parse(clip_mode) is ClipMode.LIPSCHITZ:
-            raise ValueError(
-                "clip='auto' cannot be combined with clip_mode='lipschitz', where `clip` is a "
-                "declared bound; use clip_mode='metric' or 'distance'."
-            )
-        if not 0.0 < float(target_accept) < 1.0:
-            raise ValueError("`target_accept` must be in (0, 1).")
-        if int(tune_interval) < 1:
-            raise ValueError("`tune_interval` must be a positive integer.")
         if adapt not in ADAPT_MODES:
             raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
         if proposal not in PROPOSAL_KINDS:
