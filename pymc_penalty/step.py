@@ -433,7 +433,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             vars = get_value_vars_from_user_vars(vars, model)
         adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
         self._n = validate_model(model, vars, add_remove=adds)
-        check_model_data(model, initial_point)  # NaN, inf, values outside the support
+        check_model_data(model)  # NaN, inf, values outside the support
         leaky = data_dependent_deterministics(model, self._n)
         if leaky:
             warnings.warn(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -325,46 +324,45 @@ def _container_name(model: Any, var: Any) -> str:
     return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
 
 
-# The compiled elementwise log-likelihood per model: compiled once, however often a model is
-# checked (an audit builds hundreds of warm starts on one model). Data containers are shared
-# variables read at call time, so the cached function sees data swapped by pm.set_data.
-_LOGLIK_FNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Likelihoods whose support, whatever their parameters, is the non-negative integers (and
+# {0, 1} for the Bernoulli). Only such parameter-free supports are checked: a support set by
+# the model's parameters or constants (``Uniform(0, t)``) would let whoever writes the model
+# learn, for free and exactly, whether some record passes a threshold of their choosing
+# (refusals spend nothing). Records outside a parameter-dependent support are not refused:
+# their ratio is clipped at -B and counted in the noisy clipped count, privately.
+_COUNT_LIKELIHOODS = {
+    "BernoulliRV": 1,
+    "BinomialRV": None,
+    "BetaBinomialRV": None,
+    "PoissonRV": None,
+    "NegativeBinomialRV": None,
+    "GeometricRV": None,
+    "CategoricalRV": None,
+    "MultinomialRV": None,
+    "DirichletMultinomialRV": None,
+}
 
 
-def _elementwise_loglik_fn(model: Any) -> Any:
-    # Keyed also by the model's variables: a model extended after a check is compiled again.
-    key = (tuple(model.observed_RVs), tuple(model.value_vars))
-    cached = _LOGLIK_FNS.get(model)
-    if cached is None or cached[0] != key:
-        terms = model.logp(vars=model.observed_RVs, sum=False)
-        fn = model.compile_fn(terms, inputs=model.value_vars, on_unused_input="ignore")
-        cached = _LOGLIK_FNS[model] = (key, fn)
-    return cached[1]
-
-
-def check_model_data(model: Any, point: Mapping[str, Any] | None = None) -> None:
+def check_model_data(model: Any) -> None:
     """Refuse data that cannot be analysed, before anything is compiled for sampling.
 
-    Two checks, both naming the variable and never a value, a row or a count:
+    Checks that depend on the data only, never on anything the model's author chooses, so a
+    refusal cannot be steered to probe records (it tells the data holder one fixed fact about
+    their table); each names the variable and never a value, a row or a count:
 
-    1. every observed value and every ``pm.Data`` container is finite (no NaN, no inf);
-    2. each observed variable's elementwise log-likelihood is finite at ``point`` (default the
-       model's initial point), which catches values outside the likelihood's support (a
-       Bernoulli response of 123, a negative Poisson count) and NaN or inf covariates held as
-       plain NumPy arrays, whatever distribution is used.
-
-    Parameters
-    ----------
-    model : pm.Model
-    point : dict, optional
-        Values of the model's value variables; default ``model.initial_point()``.
+    1. every observed value, every ``pm.Data`` container and every NumPy array written into an
+       observed variable's graph is finite (no NaN, no inf);
+    2. observed values of count likelihoods (Bernoulli, binomial, Poisson, negative binomial,
+       geometric, categorical, multinomial) are non-negative integers (0 or 1 for Bernoulli).
 
     Raises
     ------
     InvalidDataError
     """
+    from pytensor.graph.basic import Constant
+
     from pymc_penalty.locality import array_value
-    from pymc_penalty.model_checks import data_sources
+    from pymc_penalty.model_checks import _ancestors, data_sources
 
     for var in data_sources(model):
         value = array_value(var)
@@ -376,18 +374,30 @@ def check_model_data(model: Any, point: Mapping[str, Any] | None = None) -> None
                 "must be finite. Drop or impute those rows before the analysis (outside the "
                 "model: imputation inside it reads other rows)."
             )
-    if not model.observed_RVs:
-        return
-    if point is None:
-        point = model.initial_point()
-    values = _elementwise_loglik_fn(model)(point)
-    for rv, term in zip(model.observed_RVs, values, strict=True):
-        if not bool(np.all(np.isfinite(np.asarray(term)))):
+    for rv in model.observed_RVs:
+        for var in _ancestors([rv], through_shapes=False):
+            if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
+                value = np.asarray(var.data)
+                if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
+                    raise InvalidDataError(
+                        f"An array read by the observed variable `{rv.name}` holds NaN or "
+                        "infinite values: every covariate must be finite. Drop or impute those "
+                        "rows before the analysis."
+                    )
+        family = type(rv.owner.op).__name__
+        if family not in _COUNT_LIKELIHOODS:
+            continue
+        value = array_value(model.rvs_to_values[rv])
+        if value is None:  # computed in the graph: not checked here (the gate decides)
+            continue
+        upper = _COUNT_LIKELIHOODS[family]
+        ok = np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
+        if upper is not None:
+            ok = ok and np.all(value <= upper)
+        if not bool(ok):
+            allowed = "0 or 1" if upper == 1 else "non-negative integers"
             raise InvalidDataError(
-                f"The observed variable `{rv.name}` has a log-likelihood that is not finite "
-                "at the initial point: some of its values lie outside the support of its "
-                f"{type(rv.owner.op).__name__.removesuffix('RV')} distribution (for example a "
-                "Bernoulli response other than 0 or 1, or a negative count), or a covariate "
-                "it reads is NaN or infinite, or the initial point gives an invalid "
-                "parameter. Check the data's coding and range before the analysis."
+                f"The observed variable `{rv.name}` has values outside the support of its "
+                f"{family.removesuffix('RV')} distribution: they must be {allowed}. Check the "
+                "data's coding before the analysis."
             )

@@ -245,7 +245,7 @@ def private_warm_start(
     value_vars = list(model.value_vars)
     adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
     n = validate_model(model, value_vars, add_remove=adds)
-    check_model_data(model, point)  # NaN, inf, values outside the support: before any spend
+    check_model_data(model)  # NaN, inf, values outside the support: before any spend
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)

@@ -386,3 +386,22 @@ def test_clip_auto_is_accepted_by_the_validator():
     assert check_clip("auto") == "auto"
     with pytest.raises(InvalidArgumentError, match="`clip`"):
         check_clip("auto", allow_auto=False)
+
+
+def test_a_refusal_cannot_be_steered_by_the_model_to_probe_records():
+    """A support set by the model's own constants (``Uniform(-100, t)``) is not checked
+    against the data: otherwise building the step (which spends nothing) would tell, exactly
+    and for free, whether the largest record exceeds a threshold ``t`` of the author's choice,
+    and a bisection would recover it. Both sides of the record must behave the same."""
+    y = np.random.default_rng(0).normal(5.0, 1.0, size=200)
+    outcomes = []
+    for t in (y.max() - 1e-3, y.max() + 1e-3):
+        with pm.Model():
+            m = pm.Normal("m", 0.0, 1.0)
+            pm.Uniform("y", -100.0, t + 0.0 * m, observed=y)
+            try:
+                pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5)
+                outcomes.append("built")
+            except InvalidDataError:
+                outcomes.append("refused")
+    assert outcomes == ["built", "built"]

@@ -316,7 +316,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
         adds = self.neighbours is Neighbours.ADD_REMOVE
         n = validate_model(model, vars, row_locality=False, add_remove=adds)
-        check_model_data(model, initial_point)  # NaN, inf, values outside the support
+        check_model_data(model)  # NaN, inf, values outside the support
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
