@@ -65,7 +65,9 @@ def data_strings(values: np.ndarray) -> list[str]:
     out = []
     for v in np.asarray(values, dtype=float).ravel():
         out += [f"{v:.6f}", f"{v:.8g}", repr(float(v))]
-    return out
+    # Short forms (a round neighbour such as 10 prints as "10") occur by chance inside
+    # unrelated figures ("0.103"); only forms of five or more characters are distinctive.
+    return [s for s in out if len(s) >= 5]
 
 
 def leaked_strings(text: str, values: np.ndarray) -> list[str]:
