@@ -1,10 +1,14 @@
 """The compiled per-step function: per-datapoint log-likelihood ratios, clipped and summed.
 
 One compiled PyTensor call per step evaluates, at the proposal only, the per-datapoint
-log-likelihood vector (the current state's vector is passed in from a cache), the clipped
-sum of the ratios, the number of clipped datapoints and the log prior (transform Jacobians
-and data-free Potentials included). Returning the vector costs the same as returning its sum,
-and caching it halves the work of a naive ``logp(theta') - logp(theta)``.
+log-likelihood vector, the clipped sum of its differences from the current state's vector,
+the number of clipped datapoints and the log prior (transform Jacobians and data-free
+Potentials included), and returns only those scalars. Both per-datapoint vectors, the current
+state's and the proposal's, live in the compiled function's storage (PyTensor shared
+variables; the call writes the proposal's through ``updates``), never in the caller:
+:meth:`PenaltyLikelihood.commit` makes the proposal's vector the current one on acceptance by
+swapping two references, without copying. Caching the current state's vector halves the work
+of a naive ``logp(theta') - logp(theta)``.
 
 The outputs are exact and data-dependent: only :mod:`pymc_penalty.step` sees them, and only
 after the release's privacy cost is committed; it releases them with noise.
@@ -17,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue, local_remove_check_parameter
 from pymc.pytensorf import compile as pm_compile
@@ -34,6 +39,7 @@ __all__ = [
     "DataChangedError",
     "LikelihoodEvaluationError",
     "PenaltyLikelihood",
+    "clipped_ratio_sum",
     "per_datapoint_terms",
 ]
 
@@ -90,8 +96,54 @@ def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
     return [_per_datapoint(t) for t in terms]
 
 
+def clipped_ratio_sum(
+    ll: pt.TensorVariable,
+    ll_current: pt.TensorVariable,
+    bound: pt.TensorVariable,
+    segments: tuple[np.ndarray, int] | None = None,
+) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """Graph of the clipped sum of the per-datapoint ratios and the number clipped.
+
+    The ratios ``ll - ll_current`` are clipped to ``[-bound, bound]``; a NaN ratio (both
+    points impossible for a datapoint) counts as clipped at ``-bound``.
+
+    Parameters
+    ----------
+    ll, ll_current : TensorVariable
+        Per-datapoint log-likelihood vectors at the proposal and at the current state.
+    bound : TensorVariable
+        Scalar clip bound ``B`` (``inf`` for none), a runtime input.
+    segments : tuple of (ndarray, int), optional
+        ``(index, n_segments)``: per-segment sums and counts instead of totals.
+
+    Returns
+    -------
+    clipped_sum, n_clipped : TensorVariable
+        float64 and int64; scalars, or vectors of length ``n_segments``.
+    """
+    ratio = pt.cast(ll - ll_current, "float64")
+    invalid = pt.isnan(ratio)
+    ratio = pt.switch(invalid, -bound, ratio)
+    clipped = pt.clip(ratio, -bound, bound)
+    over = pt.or_(pt.abs(ratio) > bound, invalid)
+    if segments is None:
+        return clipped.sum(), over.sum()
+    index = pt.constant(np.asarray(segments[0], dtype=np.int64))
+    n_seg = int(segments[1])
+    clipped_sum = pt.inc_subtensor(pt.zeros(n_seg, dtype="float64")[index], clipped)
+    counts = pt.zeros(n_seg, dtype="int64")[index]
+    return clipped_sum, pt.inc_subtensor(counts, over.astype("int64"))
+
+
 class PenaltyLikelihood:
     """Compiled evaluation of the clipped log-likelihood difference and the log prior.
+
+    The step uses the cached interface: :meth:`reset` fills the current state's per-datapoint
+    vector, :meth:`propose` evaluates a proposal against it and returns scalars only, and
+    :meth:`commit` records the decision. Both vectors stay in the compiled function's storage.
+    :meth:`initial` and :meth:`evaluate` take and return the vectors explicitly (for callers
+    that keep their own caches); they run the same compiled function and leave no cached
+    state behind, so :meth:`propose` refuses to run until :meth:`reset` is called again.
 
     Parameters
     ----------
@@ -124,32 +176,34 @@ class PenaltyLikelihood:
         (ll, logprior), flat = join_nonshared_inputs(
             point=point, outputs=[per_point, prior], inputs=value_vars, shared_inputs=shared
         )
-        ll_current = pt.vector("ll_current", dtype=ll.dtype)
+        # The two per-datapoint vectors: the current state's (read by the call) and the last
+        # proposal's (written by it). Their length is set by the first reset or evaluate.
+        empty = np.zeros(0, dtype=ll.dtype)
+        ll_current = pytensor.shared(empty, name="ll_current", shape=(None,))
+        ll_proposal = pytensor.shared(empty.copy(), name="ll_proposal", shape=(None,))
         bound = pt.dscalar("bound")
-        ratio = pt.cast(ll - ll_current, "float64")
-        # A NaN ratio (both points impossible for a datapoint) counts as clipped at -bound.
-        invalid = pt.isnan(ratio)
-        ratio = pt.switch(invalid, -bound, ratio)
-        clipped = pt.clip(ratio, -bound, bound)
-        over = pt.or_(pt.abs(ratio) > bound, invalid)
+        clipped_sum, n_clipped = clipped_ratio_sum(ll, ll_current, bound, segments)
         self.segmented = segments is not None
-        if segments is None:
-            clipped_sum, n_clipped = clipped.sum(), over.sum()
-        else:
-            index = pt.constant(np.asarray(segments[0], dtype=np.int64))
-            n_seg = int(segments[1])
-            clipped_sum = pt.inc_subtensor(pt.zeros(n_seg, dtype="float64")[index], clipped)
-            counts = pt.zeros(n_seg, dtype="int64")[index]
-            n_clipped = pt.inc_subtensor(counts, over.astype("int64"))
         kwargs = dict(compile_kwargs or {})
         # Exact: evaluate f once after selecting in switch(c, f(a), f(b)) (see rewrites.py).
         kwargs["mode"] = get_mode(kwargs.get("mode")).including(LIFT_UNARY_THROUGH_SWITCH)
         self._fn = pm_compile(
-            [flat, ll_current, bound],
-            [ll, clipped_sum, n_clipped, pt.cast(logprior, "float64")],
+            [flat, bound],
+            [clipped_sum, n_clipped, pt.cast(logprior, "float64")],
+            updates={ll_proposal: ll},
             **kwargs,
         )
         self._fn.trust_input = True
+        # The storage cells of the two vectors, found by position in the compiled function's
+        # input storage (``_fn`` may be wrapped, e.g. by a test's spy; ``_function`` is not).
+        self._function = self._fn
+        inputs = [i.variable for i in self._fn.maker.expanded_inputs]
+        self._slots = (inputs.index(ll_current), inputs.index(ll_proposal))
+        # With allow_gc off, PyTensor keeps output buffers between calls and may write the
+        # next proposal into the array that a swap made current: copy instead of swapping.
+        self._copy_on_commit = not getattr(self._fn.vm, "allow_gc", True)
+        self._has_current = False
+        self._pending = False
         # The gate (row locality, data recognition) ran on the data's shapes at construction;
         # pm.set_data or set_value may swap in arrays of another shape later. The layout is
         # checked again before each chain touches the data.
@@ -158,10 +212,118 @@ class PenaltyLikelihood:
         self.input_dtype = np.dtype(flat.dtype)
         self.ll_dtype = np.dtype(ll.dtype)
 
+    # --- the compiled call -------------------------------------------------------------
+
+    def _cells(self) -> tuple[list, list]:
+        storage = self._function.input_storage
+        return storage[self._slots[0]].storage, storage[self._slots[1]].storage
+
+    def _call(self, x: np.ndarray, bound: float) -> tuple[Any, Any, float]:
+        try:
+            clipped_sum, n_clipped, logprior = self._fn(
+                np.asarray(x, dtype=self.input_dtype), np.asarray(bound, np.float64)
+            )
+        except Exception as exc:
+            self._has_current = self._pending = False
+            # PyTensor's messages print input values, data constants among them.
+            raise LikelihoodEvaluationError(
+                f"Evaluating the model's log-likelihood failed ({type(exc).__name__}); the "
+                "details are withheld because they may contain data values. Reproduce the "
+                "failure outside PenaltyMetropolis (e.g. model.compile_logp()) to debug it."
+            ) from None
+        if self.segmented:
+            return clipped_sum, n_clipped, float(logprior)
+        return float(clipped_sum), int(n_clipped), float(logprior)
+
+    # --- the cached interface (the step's) -----------------------------------------------
+
+    def reset(self, x: np.ndarray, n: int) -> float:
+        """Make ``x`` the current state: fill the cached vector; return the log prior at ``x``.
+
+        Parameters
+        ----------
+        x : ndarray
+            Raveled parameter vector (cast to the compiled input dtype).
+        n : int
+            Number of datapoints (the length of the per-datapoint vector).
+
+        Returns
+        -------
+        float
+            Log prior density at ``x`` with Jacobians and data-free Potentials.
+        """
+        self.check_layout()
+        current, _ = self._cells()
+        if current[0] is None or current[0].shape != (n,):
+            current[0] = np.zeros(n, dtype=self.ll_dtype)
+        self._has_current = False
+        _, _, logprior = self._call(x, np.inf)
+        self._pending = True
+        self.commit(True)
+        return logprior
+
+    def propose(self, x: np.ndarray, bound: float) -> tuple[Any, Any, float]:
+        """Evaluate the proposal ``x`` against the cached current state; scalars only.
+
+        The proposal's per-datapoint vector is kept until :meth:`commit`.
+
+        Parameters
+        ----------
+        x : ndarray
+            Raveled parameter vector (cast to the compiled input dtype).
+        bound : float
+            Clip bound ``B`` (``inf`` for none).
+
+        Returns
+        -------
+        clipped_sum : float (ndarray per segment when segmented)
+            Sum of the ratios clipped to ``[-bound, bound]``.
+        n_clipped : int (ndarray per segment when segmented)
+            Number of ratios outside ``[-bound, bound]`` (NaN ratios included).
+        logprior : float
+            Log prior density at ``x`` with Jacobians and data-free Potentials.
+
+        Raises
+        ------
+        RuntimeError
+            Without a current state (no :meth:`reset` since construction, since a failed
+            call or since :meth:`initial` or :meth:`evaluate`), or with a proposal that was
+            not committed.
+        """
+        if not self._has_current or self._pending:
+            raise RuntimeError(
+                "PenaltyLikelihood.propose needs a current state (reset) and the previous "
+                "proposal committed"
+            )
+        out = self._call(x, bound)
+        self._pending = True
+        return out
+
+    def commit(self, accepted: bool) -> None:
+        """Record the decision on the last proposal: on acceptance its vector becomes current.
+
+        Parameters
+        ----------
+        accepted : bool
+        """
+        if not self._pending:
+            raise RuntimeError("PenaltyLikelihood.commit without a proposal to decide on")
+        self._pending = False
+        if not accepted:
+            return
+        current, proposal = self._cells()
+        if self._copy_on_commit:
+            current[0] = np.array(proposal[0], copy=True)
+        else:
+            current[0], proposal[0] = proposal[0], current[0]
+        self._has_current = True
+
+    # --- the explicit interface ----------------------------------------------------------
+
     def evaluate(
         self, x: np.ndarray, ll_current: np.ndarray, bound: float
     ) -> tuple[np.ndarray, Any, Any, float]:
-        """Evaluate at the raveled point ``x`` against the cached current vector.
+        """Evaluate at the raveled point ``x`` against a given current vector.
 
         Parameters
         ----------
@@ -183,23 +345,18 @@ class PenaltyLikelihood:
         logprior : float
             Log prior density at ``x`` with Jacobians and data-free Potentials.
         """
+        current, proposal = self._cells()
+        self._has_current = self._pending = False
+        current[0] = np.asarray(ll_current, dtype=self.ll_dtype)
         try:
-            ll, clipped_sum, n_clipped, logprior = self._fn(
-                np.asarray(x, dtype=self.input_dtype), ll_current, np.asarray(bound, np.float64)
-            )
-        except Exception as exc:
-            # PyTensor's messages print input values, data constants among them.
-            raise LikelihoodEvaluationError(
-                f"Evaluating the model's log-likelihood failed ({type(exc).__name__}); the "
-                "details are withheld because they may contain data values. Reproduce the "
-                "failure outside PenaltyMetropolis (e.g. model.compile_logp()) to debug it."
-            ) from None
-        if self.segmented:
-            return ll, clipped_sum, n_clipped, float(logprior)
-        return ll, float(clipped_sum), int(n_clipped), float(logprior)
+            clipped_sum, n_clipped, logprior = self._call(x, bound)
+        finally:
+            current[0] = None  # the caller's array: not kept
+        ll = np.array(proposal[0], copy=self._copy_on_commit)
+        return ll, clipped_sum, n_clipped, logprior
 
     def initial(self, x: np.ndarray, n: int) -> tuple[np.ndarray, float]:
-        """Per-datapoint log-likelihood and log prior at ``x`` (to fill the cache)."""
+        """Per-datapoint log-likelihood and log prior at ``x`` (to fill a cache)."""
         self.check_layout()
         ll, _, _, logprior = self.evaluate(x, np.zeros(n, dtype=self.ll_dtype), np.inf)
         return ll, logprior

@@ -545,8 +545,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments
         )
-        self._cache_key: bytes | None = None
-        self._cache_ll: np.ndarray | None = None
+        self._cache_key: bytes | None = None  # the state whose vector self._lik holds
         self._cache_logprior = 0.0
         self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
@@ -557,7 +556,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     # --- the step ------------------------------------------------------------------------
 
     def _refresh_cache(self, x: np.ndarray, key: bytes) -> None:
-        self._cache_ll, self._cache_logprior = self._lik.initial(x, self._n)
+        self._cache_logprior = self._lik.reset(x, self._n)
         self._cache_key = key
 
     def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
@@ -595,7 +594,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self,
         x0: np.ndarray,
         x1: np.ndarray,
-        ll1: np.ndarray,
         logprior1: float,
         d_hat: float,
         noise_var: float,
@@ -606,9 +604,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         )
         u = self.rng.random()
         decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
+        self._lik.commit(decision.accepted)
         if decision.accepted:
             self._cache_key = x1.tobytes()
-            self._cache_ll = ll1
             self._cache_logprior = logprior1
             x_new = x1
         else:
@@ -656,7 +654,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         # the current state's vector too: a refused step must not evaluate the likelihood).
         if self._cache_key != key:
             self._refresh_cache(x0, key)
-        ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
+        clipped_sum, n_clipped, logprior1 = self._lik.propose(x1, bound)
         noise = self._noise()
         d_hat = clipped_sum + sigma * noise.standard_normal()
         if not self.private:
@@ -666,9 +664,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         else:
             clipped_count = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
-        clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
+        clipped_fraction = self._public_fraction(clipped_count, self._n)
 
-        x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
+        x_new, decision = self._decide(x0, x1, logprior1, d_hat, sigma**2)
         if self._pending_tuning is not None and self.clip_adapter is not None:
             self._pending_tuning = (*self._pending_tuning[:3], (clipped_count, count_sd))
         stats.update(

@@ -87,9 +87,11 @@ def test_same_owner_for_all_data_matches_the_parent_release():
     assert mu_owners[0] == pytest.approx(mu_out)
     assert mu_owners[0] == pytest.approx(0.6 / 0.7 / math.sqrt(1 - 0.05))
     # The NumPy segment sum equals the compiled clipped sum.
+    ll0, _ = multi._lik.initial(x0, sum(SIZES))
+    ll1, _, _, _ = multi._lik.evaluate(np.array([2.0]), ll0, np.inf)
     multi._refresh_cache(x0, x0.tobytes())
-    ll1, clipped_sum, n_clipped, _ = multi._lik.evaluate(np.array([2.0]), multi._cache_ll, 0.3)
-    ratio = ll1 - multi._cache_ll
+    clipped_sum, n_clipped, _ = multi._lik.propose(np.array([2.0]), 0.3)
+    ratio = ll1 - ll0
     seg = np.bincount(multi.owners, weights=np.clip(ratio, -0.3, 0.3), minlength=1)
     assert seg[0] == pytest.approx(clipped_sum, rel=1e-12)
     assert int(np.sum(np.abs(ratio) > 0.3)) == n_clipped

@@ -167,11 +167,11 @@ def test_k_grants_give_exactly_k_likelihood_releases(normal_model, allow):
     fn = step._lik._fn
     release_bounds: list[float] = []
 
-    def spy(x, ll_current, bound):
+    def spy(x, bound):
         events.append("eval")
         if np.isfinite(bound):  # a release (the cache refresh uses an infinite bound)
             release_bounds.append(float(bound))
-        return fn(x, ll_current, bound)
+        return fn(x, bound)
 
     step._lik._fn = spy
     with normal_model:
@@ -498,21 +498,24 @@ def test_warnings_logs_and_errors_hold_no_data_values(normal_data, caplog, monke
     with model:
         step = PenaltyMetropolis(mu=0.5)
     x = np.zeros(1)
+    current, _ = step._lik._cells()  # the cached current vector, one entry short
+    current[0] = np.zeros(normal_data.size - 1)
     with pytest.raises(Exception) as raw:
-        step._lik._fn(x, np.zeros(normal_data.size - 1), np.asarray(1.0))
+        step._lik._fn(x, np.asarray(1.0))
     assert leaked_strings(str(raw.value), normal_data)
 
     # The same failure mid-run, through the package: nothing of the data in any message.
-    original = PenaltyLikelihood.evaluate
+    original = PenaltyLikelihood.propose
     calls = {"n": 0}
 
-    def failing_evaluate(self, x, ll_current, bound):
+    def failing_propose(self, x, bound):
         calls["n"] += 1
         if calls["n"] > 12:
-            ll_current = ll_current[:-1]  # PyTensor raises, printing its inputs
-        return original(self, x, ll_current, bound)
+            current, _ = self._cells()
+            current[0] = current[0][:-1]  # PyTensor raises, printing its inputs
+        return original(self, x, bound)
 
-    monkeypatch.setattr(PenaltyLikelihood, "evaluate", failing_evaluate)
+    monkeypatch.setattr(PenaltyLikelihood, "propose", failing_propose)
     caplog.set_level(logging.DEBUG)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -50,16 +50,17 @@ def model(data):
 def fail_after(monkeypatch, calls: int) -> None:
     """Make the compiled likelihood fail (with a PyTensor error that prints its inputs)
     after ``calls`` evaluations in each process."""
-    original = PenaltyLikelihood.evaluate
+    original = PenaltyLikelihood.propose
     count = {"n": 0}
 
-    def evaluate(self, x, ll_current, bound):
+    def propose(self, x, bound):
         count["n"] += 1
         if count["n"] > calls:
-            ll_current = ll_current[:-1]
-        return original(self, x, ll_current, bound)
+            current, _ = self._cells()
+            current[0] = current[0][:-1]
+        return original(self, x, bound)
 
-    monkeypatch.setattr(PenaltyLikelihood, "evaluate", evaluate)
+    monkeypatch.setattr(PenaltyLikelihood, "propose", propose)
 
 
 # --------------------------------------------------------------------------------------------

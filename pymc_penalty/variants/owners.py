@@ -217,7 +217,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
 
         if self._cache_key != key:
             self._refresh_cache(x0, key)
-        ll1, owner_sums, owner_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
+        owner_sums, owner_clipped, logprior1 = self._lik.propose(x1, bound)
         noise = self._noise()
         d_hat = float(np.sum(owner_sums + sigmas * noise.standard_normal(self.n_owners)))
         if not self.private:
@@ -228,9 +228,9 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         else:
             clipped_count = math.nan
         del owner_sums, owner_clipped  # exact values: never to leave this function
-        clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
+        clipped_fraction = self._public_fraction(clipped_count, self._n)
 
-        x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, total_var)
+        x_new, decision = self._decide(x0, x1, logprior1, d_hat, total_var)
         stats.update(
             accept=decision.accept_prob,
             accepted=decision.accepted,
