@@ -263,11 +263,11 @@ def compiled_call(step, data: LogisticData, bound: float = np.inf, ring: int = 1
     """``op()`` making one call of the step's compiled likelihood alone, as the chain does.
 
     The calls cycle through ``ring`` proposals drawn around ``beta_true`` at the benchmark's
-    scale, each against the per-datapoint vector of another point (as the step passes its
-    cached vector), and the latest outputs stay referenced, as the step keeps its cache: the
-    same inputs over and over would flatter the call through memory caches. Converting the
-    clipped sum to a NumPy value waits for JAX's asynchronous dispatch, as the step does; C
-    and NUMBA outputs are NumPy arrays already.
+    scale, each against the current state's per-datapoint vector that the compiled function
+    keeps in its storage (filled once here), and write the proposal's vector there, as in
+    the chain: the same inputs over and over would flatter the call through memory caches.
+    Converting the clipped sum to a NumPy value waits for JAX's asynchronous dispatch, as the
+    step does; C and NUMBA outputs are NumPy arrays already.
     """
     lik = step._lik
     fn = lik._fn
@@ -277,13 +277,13 @@ def compiled_call(step, data: LogisticData, bound: float = np.inf, ring: int = 1
                    dtype=lik.input_dtype)
         for _ in range(ring)
     ]  # fmt: skip
-    lls = [lik.initial(x, data.n)[0] for x in xs]
+    lik.reset(xs[-1], data.n)
     b = np.asarray(bound, dtype=np.float64)
     state = {"i": 0, "out": None}
 
     def op() -> None:
         i = state["i"]
-        out = fn(xs[i], lls[i - 1], b)
+        out = fn(xs[i], b)
         np.asarray(out[1])
         state["out"] = out
         state["i"] = (i + 1) % ring
@@ -465,7 +465,8 @@ def _stub_parts(step, outputs: dict[str, Any]) -> None:
     step.ledger = type("Ledger", (), {"try_spend": staticmethod(lambda mu2: True)})()
     zero = type("Noise", (), {"standard_normal": staticmethod(lambda: 0.0)})()
     step._noise = lambda: zero
-    step._decide = lambda x0, *args: (x0, outputs["decision"])
+    lik = step._lik
+    step._decide = lambda x0, *args: (lik.commit(False), (x0, outputs["decision"]))[1]
 
 
 def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, Any]:
@@ -539,9 +540,9 @@ def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, 
     x1, length = probe._propose(x0)
     sensitivity = probe._sensitivity_and_noise(length)
     bound, _, sigma, _, _ = sensitivity
-    ll1, clipped_sum, _, logprior1 = probe._lik.evaluate(x1, probe._cache_ll, bound)
-    fn_out = probe._lik._fn(x1, probe._cache_ll, np.asarray(bound))
-    _, decision = probe._decide(x0, x1, ll1, logprior1, clipped_sum, sigma**2)
+    clipped_sum, _, logprior1 = probe._lik.propose(x1, bound)
+    fn_out = probe._lik._fn(x1, np.asarray(bound))
+    _, decision = probe._decide(x0, x1, logprior1, clipped_sum, sigma**2)
 
     stub.step(point)  # fills the cache before the stubs replace the likelihood
     _stub_parts(

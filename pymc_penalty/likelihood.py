@@ -26,14 +26,15 @@ import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue, local_remove_check_parameter
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
-from pytensor.compile.mode import get_mode
+from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import in2out
 from pytensor.graph.traversal import ancestors
+from pytensor.link.basic import JITLinker
 
-from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
+from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH, VECTORISED_SOFTPLUS
 
 __all__ = [
     "DataChangedError",
@@ -41,6 +42,7 @@ __all__ = [
     "PenaltyLikelihood",
     "clipped_ratio_sum",
     "per_datapoint_terms",
+    "step_mode",
 ]
 
 
@@ -94,6 +96,20 @@ def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
         in2out(local_remove_check_parameter).rewrite(fgraph)
         terms = list(fgraph.outputs)
     return [_per_datapoint(t) for t in terms]
+
+
+def step_mode(mode: str | Mode | None = None) -> Mode:
+    """The compile mode of the step's likelihood: ``mode`` with the package's rewrites.
+
+    Always the exact switch lift (evaluate ``f`` once in ``switch(c, f(a), f(b))``); on
+    PyTensor's C backend also the vectorised softplus (NumPy's SIMD loops instead of scalar
+    calls in the fused C loop). JIT backends (NUMBA, JAX) vectorise on their own and keep
+    ``softplus`` as it is. See :mod:`pymc_penalty.rewrites`.
+    """
+    resolved = get_mode(mode).including(LIFT_UNARY_THROUGH_SWITCH)
+    if not isinstance(resolved.linker, JITLinker):
+        resolved = resolved.including(VECTORISED_SOFTPLUS)
+    return resolved
 
 
 def clipped_ratio_sum(
@@ -185,8 +201,7 @@ class PenaltyLikelihood:
         clipped_sum, n_clipped = clipped_ratio_sum(ll, ll_current, bound, segments)
         self.segmented = segments is not None
         kwargs = dict(compile_kwargs or {})
-        # Exact: evaluate f once after selecting in switch(c, f(a), f(b)) (see rewrites.py).
-        kwargs["mode"] = get_mode(kwargs.get("mode")).including(LIFT_UNARY_THROUGH_SWITCH)
+        kwargs["mode"] = step_mode(kwargs.get("mode"))
         self._fn = pm_compile(
             [flat, bound],
             [clipped_sum, n_clipped, pt.cast(logprior, "float64")],
@@ -256,10 +271,9 @@ class PenaltyLikelihood:
         current, _ = self._cells()
         if current[0] is None or current[0].shape != (n,):
             current[0] = np.zeros(n, dtype=self.ll_dtype)
-        self._has_current = False
+        self._has_current = self._pending = False
         _, _, logprior = self._call(x, np.inf)
-        self._pending = True
-        self.commit(True)
+        self._make_proposal_current()
         return logprior
 
     def propose(self, x: np.ndarray, bound: float) -> tuple[Any, Any, float]:
@@ -309,8 +323,10 @@ class PenaltyLikelihood:
         if not self._pending:
             raise RuntimeError("PenaltyLikelihood.commit without a proposal to decide on")
         self._pending = False
-        if not accepted:
-            return
+        if accepted:
+            self._make_proposal_current()
+
+    def _make_proposal_current(self) -> None:
         current, proposal = self._cells()
         if self._copy_on_commit:
             current[0] = np.array(proposal[0], copy=True)
