@@ -34,7 +34,11 @@ from pytensor.graph.rewriting.basic import in2out
 from pytensor.graph.traversal import ancestors
 from pytensor.link.basic import JITLinker
 
-from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH, VECTORISED_SOFTPLUS
+from pymc_penalty.rewrites import (
+    BRANCHLESS_SIGN_SWITCH,
+    LIFT_UNARY_THROUGH_SWITCH,
+    VECTORISED_SOFTPLUS,
+)
 
 __all__ = [
     "DataChangedError",
@@ -102,13 +106,14 @@ def step_mode(mode: str | Mode | None = None) -> Mode:
     """The compile mode of the step's likelihood: ``mode`` with the package's rewrites.
 
     Always the exact switch lift (evaluate ``f`` once in ``switch(c, f(a), f(b))``); on
-    PyTensor's C backend also the vectorised softplus (NumPy's SIMD loops instead of scalar
-    calls in the fused C loop). JIT backends (NUMBA, JAX) vectorise on their own and keep
-    ``softplus`` as it is. See :mod:`pymc_penalty.rewrites`.
+    PyTensor's C backend also the branch-free ``switch(c, -a, a)`` (exact) and the vectorised
+    softplus (NumPy's SIMD loops instead of scalar calls in the fused C loop). JIT backends
+    (NUMBA, JAX) vectorise on their own and get only the lift. See
+    :mod:`pymc_penalty.rewrites`.
     """
     resolved = get_mode(mode).including(LIFT_UNARY_THROUGH_SWITCH)
     if not isinstance(resolved.linker, JITLinker):
-        resolved = resolved.including(VECTORISED_SOFTPLUS)
+        resolved = resolved.including(BRANCHLESS_SIGN_SWITCH, VECTORISED_SOFTPLUS)
     return resolved
 
 

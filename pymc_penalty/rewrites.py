@@ -12,6 +12,12 @@ and ``log1p`` instead of inside the fused C loop, where each row calls the scala
 functions: 0.3 to 0.5 ms instead of about 2 ms at 1e5 rows on the development machine
 (docs/benchmarks.md). It is accurate to a few units in the last place, not bit-identical to
 PyTensor's scalar code; it acts row by row, so which row's term reads which data is unchanged.
+
+The third, also for the C backend, writes ``switch(c, -a, a)`` (what the lift leaves of the
+Bernoulli term, ``c`` the observed 0/1 column) as ``a * (1 - 2 * (c != 0))``: the same values
+bit for bit (multiplying by exactly -1 or 1 is negation or identity in IEEE arithmetic, signed
+zeros, infinities and NaN included), without the data-dependent branch per row that the C loop
+mispredicts on a random 0/1 column (0.36 ms against 0.04 ms at 1e5 rows).
 """
 
 from __future__ import annotations
@@ -27,14 +33,17 @@ from pytensor.tensor.elemwise import Elemwise
 
 __all__ = [
     "LIFT_UNARY_THROUGH_SWITCH",
+    "BRANCHLESS_SIGN_SWITCH",
     "VECTORISED_SOFTPLUS",
     "VectorisedSoftplus",
+    "branchless_sign_switch",
     "lift_unary_through_switch",
     "vectorise_softplus",
 ]
 
 LIFT_UNARY_THROUGH_SWITCH = "pymc_penalty_lift_unary_through_switch"
 VECTORISED_SOFTPLUS = "pymc_penalty_vectorised_softplus"
+BRANCHLESS_SIGN_SWITCH = "pymc_penalty_branchless_sign_switch"
 
 
 @node_rewriter([Elemwise])
@@ -108,11 +117,59 @@ if LIFT_UNARY_THROUGH_SWITCH not in optdb["specialize"]:
         LIFT_UNARY_THROUGH_SWITCH, lift_unary_through_switch, use_db_name_as_tag=False
     )
 
+
+def _negated(var: pt.TensorVariable) -> pt.TensorVariable | None:
+    """``a`` when ``var`` is ``neg(a)``, else None."""
+    owner = var.owner
+    if (
+        owner is not None
+        and isinstance(owner.op, Elemwise)
+        and isinstance(owner.op.scalar_op, ps.Neg)
+    ):
+        return owner.inputs[0]
+    return None
+
+
+@node_rewriter([Elemwise])
+def branchless_sign_switch(fgraph, node):  # noqa: ANN001, ANN201 (PyTensor's signature)
+    """Rewrite ``switch(c, -a, a)`` as ``a * (1 - 2 * (c != 0))`` (and ``switch(c, a, -a)``
+    as ``a * (2 * (c != 0) - 1)``) for floating-point ``a``: exact, without a branch."""
+    if not isinstance(node.op.scalar_op, ps.Switch):
+        return None
+    cond, left, right = node.inputs
+    out = node.outputs[0]
+    if out.dtype not in ("float32", "float64"):
+        return None
+    if _negated(left) is right:
+        first, second = -1, 1
+    elif _negated(right) is left:
+        first, second = 1, -1
+        right = left
+    else:
+        return None
+    if right.type.dtype != out.dtype:
+        return None
+    truth = pt.neq(cond, 0).astype(out.dtype)
+    sign = second + (first - second) * truth  # first where c holds, second elsewhere
+    new = right * sign.astype(out.dtype)
+    if new.type != out.type:
+        return None
+    return [new]
+
+
 # After specialisation (where the switch lift runs) and before elemwise fusion.
 if VECTORISED_SOFTPLUS not in optdb:
     optdb.register(
         VECTORISED_SOFTPLUS,
         in2out(vectorise_softplus, name=VECTORISED_SOFTPLUS),
         position=47,
+        use_db_name_as_tag=False,
+    )
+
+if BRANCHLESS_SIGN_SWITCH not in optdb:
+    optdb.register(
+        BRANCHLESS_SIGN_SWITCH,
+        in2out(branchless_sign_switch, name=BRANCHLESS_SIGN_SWITCH),
+        position=46.9,
         use_db_name_as_tag=False,
     )

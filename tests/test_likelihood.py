@@ -7,9 +7,11 @@ import pickle
 import numpy as np
 import pymc as pm
 import pytensor
+import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_mode
+from pytensor.tensor.elemwise import Elemwise
 
 from pymc_penalty.likelihood import (
     PenaltyLikelihood,
@@ -18,6 +20,7 @@ from pymc_penalty.likelihood import (
     step_mode,
 )
 from pymc_penalty.rewrites import (
+    BRANCHLESS_SIGN_SWITCH,
     LIFT_UNARY_THROUGH_SWITCH,
     VECTORISED_SOFTPLUS,
     VectorisedSoftplus,
@@ -199,3 +202,41 @@ def test_step_mode_vectorises_softplus_only_on_the_c_backend(logistic):
     assert VECTORISED_SOFTPLUS in step_mode().provided_optimizer.include
     assert VECTORISED_SOFTPLUS not in step_mode("NUMBA").provided_optimizer.include
     assert LIFT_UNARY_THROUGH_SWITCH in step_mode("NUMBA").provided_optimizer.include
+
+
+def test_branchless_sign_switch_is_exact():
+    c = pt.dvector("c")
+    a = pt.dvector("a")
+    outs = [pt.switch(c, -a, a), pt.switch(c, a, -a)]
+    plain = pytensor.function([c, a], outs, mode=get_mode(None))
+    fast = pytensor.function([c, a], outs, mode=get_mode(None).including(BRANCHLESS_SIGN_SWITCH))
+    assert not any(
+        isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, ps.Switch)
+        for node in fast.maker.fgraph.toposort()
+    )
+    values = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 1e-310, 1e308])
+    conds = np.array([0.0, 1.0, 2.0, -1.0, np.nan, 0.5, -0.0, 1.0, 0.0])
+    for got, want in zip(fast(conds, values), plain(conds, values), strict=True):
+        np.testing.assert_array_equal(got, want)  # NaN where NaN, same values
+        numbers = ~np.isnan(want)  # a NaN's sign bit carries no meaning
+        np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+
+
+def test_the_step_mode_keeps_the_logistic_terms_exact_but_for_softplus(logistic):
+    """With the C rewrites the per-datapoint terms equal the lifted graph's to a few ulp,
+    and bit for bit when only the exact rewrites (lift, branch-free sign) run."""
+    model, _, _ = logistic
+    term = model.logp(vars=model.observed_RVs, sum=False)[0]
+    value = model.rvs_to_values[model["beta"]]
+    lifted = pytensor.function(
+        [value], term, mode=get_mode(None).including(LIFT_UNARY_THROUGH_SWITCH)
+    )
+    exact = pytensor.function(
+        [value],
+        term,
+        mode=get_mode(None).including(LIFT_UNARY_THROUGH_SWITCH, BRANCHLESS_SIGN_SWITCH),
+    )
+    full = pytensor.function([value], term, mode=step_mode())
+    for beta in (np.zeros(3), np.array([0.5, -2.0, 30.0]), np.array([-40.0, 1e3, 0.0])):
+        np.testing.assert_array_equal(exact(beta), lifted(beta))
+        np.testing.assert_allclose(full(beta), lifted(beta), rtol=4 * np.finfo(float).eps)
