@@ -219,9 +219,6 @@ class PenaltyLikelihood:
         self._function = self._fn
         inputs = [i.variable for i in self._fn.maker.expanded_inputs]
         self._slots = (inputs.index(ll_current), inputs.index(ll_proposal))
-        # With allow_gc off, PyTensor keeps output buffers between calls and may write the
-        # next proposal into the array that a swap made current: copy instead of swapping.
-        self._copy_on_commit = not getattr(self._fn.vm, "allow_gc", True)
         self._has_current = False
         self._pending = False
         # The gate (row locality, data recognition) ran on the data's shapes at construction;
@@ -332,11 +329,10 @@ class PenaltyLikelihood:
             self._make_proposal_current()
 
     def _make_proposal_current(self) -> None:
+        # Each call writes a new array into the proposal's cell (also with allow_gc off:
+        # tests/test_likelihood.py checks it), so swapping the references is enough.
         current, proposal = self._cells()
-        if self._copy_on_commit:
-            current[0] = np.array(proposal[0], copy=True)
-        else:
-            current[0], proposal[0] = proposal[0], current[0]
+        current[0], proposal[0] = proposal[0], current[0]
         self._has_current = True
 
     # --- the explicit interface ----------------------------------------------------------
@@ -373,8 +369,7 @@ class PenaltyLikelihood:
             clipped_sum, n_clipped, logprior = self._call(x, bound)
         finally:
             current[0] = None  # the caller's array: not kept
-        ll = np.array(proposal[0], copy=self._copy_on_commit)
-        return ll, clipped_sum, n_clipped, logprior
+        return proposal[0], clipped_sum, n_clipped, logprior
 
     def initial(self, x: np.ndarray, n: int) -> tuple[np.ndarray, float]:
         """Per-datapoint log-likelihood and log prior at ``x`` (to fill a cache)."""

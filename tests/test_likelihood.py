@@ -10,7 +10,7 @@ import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
-from pytensor.compile.mode import get_mode
+from pytensor.compile.mode import Mode, get_mode
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_penalty.likelihood import (
@@ -240,3 +240,14 @@ def test_the_step_mode_keeps_the_logistic_terms_exact_but_for_softplus(logistic)
     for beta in (np.zeros(3), np.array([0.5, -2.0, 30.0]), np.array([-40.0, 1e3, 0.0])):
         np.testing.assert_array_equal(exact(beta), lifted(beta))
         np.testing.assert_allclose(full(beta), lifted(beta), rtol=4 * np.finfo(float).eps)
+
+
+def test_the_cache_stays_right_when_pytensor_keeps_its_buffers(logistic):
+    """With ``allow_gc=False`` PyTensor keeps buffers between calls; the swap on acceptance
+    must still leave the accepted vector intact (no later call may write into it)."""
+    model, X, y = logistic
+    no_gc = {"mode": Mode(linker="cvm_nogc", optimizer="fast_run")}
+    lik = PenaltyLikelihood(model, model.value_vars, model.initial_point(), no_gc)
+    assert not lik._function.vm.allow_gc
+    accepts = [True, False, True, True, False, True, True, True]
+    assert _walk(lik, _unfused_reference(model), X, y, accepts) == 0
