@@ -454,12 +454,14 @@ def sample_on_device(
     attrs = make_attrs(
         {"sampling_time": time.perf_counter() - t0, "tuning_steps": int(tune)}, library=pm
     )
-    return az.from_dict(
+    idata = az.from_dict(
         posterior=posterior,
         sample_stats=stats,
         observed_data=find_observations(model),
         constant_data=find_constants(model),
         coords=coords,
         dims=dims,
-        attrs=attrs,
     )
+    for group in ("posterior", "sample_stats"):  # where pm.sample puts them
+        idata[group].attrs.update(attrs)
+    return idata
