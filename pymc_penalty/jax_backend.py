@@ -46,7 +46,13 @@ from pymc_penalty.likelihood import per_datapoint_terms
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
 from pymc_penalty.validation import InvalidArgumentError
 
-__all__ = ["DeviceChain", "check_jax_backend", "sample_on_device"]
+__all__ = [
+    "DeviceChain",
+    "check_jax_backend",
+    "model_function",
+    "run_device_draws",
+    "sample_on_device",
+]
 
 #: Steps per device block (one ledger commitment and one noise draw per block).
 DEFAULT_BLOCK = 1000
@@ -116,7 +122,7 @@ def _step_length(jnp: Any, mode: ClipMode, move: Any, chol: Any) -> Any:
     return jnp.sqrt(move @ move)
 
 
-def _model_function(model: pm.Model, value_vars: list) -> Callable:
+def model_function(model: pm.Model, value_vars: list) -> Callable:
     """JAX function of the raveled unconstrained point: (per-row log-likelihood, log prior).
 
     The per-row terms are :func:`per_datapoint_terms`' (the graph the default path compiles,
@@ -146,7 +152,7 @@ class DeviceChain:
     Parameters
     ----------
     model_fn : callable
-        ``x -> (per-row log-likelihood, log prior)`` in JAX (:func:`_model_function`).
+        ``x -> (per-row log-likelihood, log prior)`` in JAX (:func:`model_function`).
     clip_mode : ClipMode
     neighbours : Neighbours
     step_mu : float
@@ -256,11 +262,14 @@ def run_device_draws(
     noise: np.random.Generator,
     rng: np.random.Generator,
     block: int = DEFAULT_BLOCK,
-) -> dict[str, np.ndarray]:
+    carry: tuple | None = None,
+) -> tuple[dict[str, np.ndarray], tuple | None]:
     """Run ``draws`` frozen steps on the device in blocks, each paid for before its noise is
     drawn and passed to the device. ``proposal`` is the frozen ``(chol, scaling, clip)``.
     Steps the ledger refuses stay at the current point with ``dp_released=False`` (the data
-    is not touched for them)."""
+    is not touched for them). ``carry`` continues a chain (the device state this function
+    returned); without it the chain starts at ``x0``, whose per-row terms are evaluated once
+    the first release is paid for. Returns the outputs and the device state."""
     d = x0.shape[0]
     out = {
         "x": np.tile(np.asarray(x0, dtype=np.float64), (draws, 1)),
@@ -272,7 +281,6 @@ def run_device_draws(
         "dp_clipped_count": np.full(draws, np.nan),
         "dp_released": np.zeros(draws, dtype=bool),
     }
-    carry = None
     done = 0
     while done < draws:
         want = min(block, draws - done)
@@ -299,7 +307,7 @@ def run_device_draws(
     if done < draws:  # refused: the chain stays where it is
         out["x"][done:] = out["x"][done - 1] if done else x0
         out["proposal"][done:] = out["x"][done:]
-    return out
+    return out, carry
 
 
 def _tune_on_default_path(
@@ -395,7 +403,7 @@ def sample_on_device(
     step._lik.check_layout()  # shapes only: the data the gate checked are the data compiled
     value_vars = list(step.vars)
     chain_fn = DeviceChain(
-        _model_function(model, value_vars),
+        model_function(model, value_vars),
         clip_mode=step.clip_mode,
         neighbours=step.neighbours,
         step_mu=float(step.mu),
@@ -418,7 +426,7 @@ def sample_on_device(
         q = _tune_on_default_path(step, q, tune, c, callback)
         frozen = (step.adapter.chol, float(step.adapter.scaling), float(step.clip))
         # After a refusal the ledger refuses again (nothing spent, the data untouched).
-        out = run_device_draws(
+        out, _ = run_device_draws(
             chain_fn,
             np.asarray(q.data, dtype=np.float64),
             draws,

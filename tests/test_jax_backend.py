@@ -25,7 +25,7 @@ from conftest import _mcse  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty import ModelNotPrivateError, PrivacyLedger  # noqa: E402
-from pymc_penalty.jax_backend import DeviceChain, _model_function, run_device_draws  # noqa: E402
+from pymc_penalty.jax_backend import DeviceChain, model_function, run_device_draws  # noqa: E402
 from pymc_penalty.sensitivity import ClipMode, Neighbours  # noqa: E402
 from pymc_penalty.validation import InvalidArgumentError  # noqa: E402
 
@@ -124,7 +124,7 @@ class _Crash(RuntimeError):
 def _device(step_mu: float):
     model = _normal_mean(Y[:200])
     chain = DeviceChain(
-        _model_function(model, model.value_vars),
+        model_function(model, model.value_vars),
         clip_mode=ClipMode.METRIC,
         neighbours=Neighbours.SUBSTITUTE,
         step_mu=step_mu,
@@ -188,7 +188,7 @@ def test_refused_releases_leave_the_chain_in_place_and_draw_no_noise():
     ledger = PrivacyLedger(math.sqrt(25.5) * step_mu)  # room for 25 releases
     chain, proposal = _device(step_mu)
     noise = _RecordingNoise(ledger)
-    out = run_device_draws(
+    out, _ = run_device_draws(
         chain,
         np.array([1.0]),
         60,
