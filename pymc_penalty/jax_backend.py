@@ -43,6 +43,7 @@ import pymc as pm
 from pymc_penalty.callback import BudgetExhausted, PrivacyCallback
 from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.likelihood import per_datapoint_terms
+from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
 from pymc_penalty.validation import InvalidArgumentError
 
@@ -127,11 +128,16 @@ def model_function(model: pm.Model, value_vars: list) -> Callable:
 
     The per-row terms are :func:`per_datapoint_terms`' (the graph the default path compiles,
     PyMC's parameter checks removed); the prior is the model's, Jacobians and data-free
-    Potentials included.
+    Potentials included. Compiled as :func:`pymc.sampling.jax.get_jaxified_graph` does (data
+    containers become constants), with the default path's exact rewrite
+    (:mod:`pymc_penalty.rewrites`: one softplus per Bernoulli row instead of two).
     """
     import pytensor.tensor as pt
     from pymc.pytensorf import join_nonshared_inputs
-    from pymc.sampling.jax import get_jaxified_graph
+    from pymc.sampling.jax import _replace_shared_variables
+    from pytensor.compile.mode import get_mode
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.jax.dispatch import jax_funcify
 
     terms = per_datapoint_terms(model)
     per_row = functools.reduce(lambda a, b: a + b, terms)
@@ -140,7 +146,10 @@ def model_function(model: pm.Model, value_vars: list) -> Callable:
     (ll, logprior), flat = join_nonshared_inputs(
         point=point, outputs=[per_row, prior], inputs=value_vars, shared_inputs={}
     )
-    fn = get_jaxified_graph([flat], [pt.cast(ll, "float64"), pt.cast(logprior, "float64")])
+    outputs = _replace_shared_variables([pt.cast(ll, "float64"), pt.cast(logprior, "float64")])
+    fgraph = FunctionGraph(inputs=[flat], outputs=outputs, clone=True)
+    get_mode("JAX").including(LIFT_UNARY_THROUGH_SWITCH).optimizer.rewrite(fgraph)
+    fn = jax_funcify(fgraph)
     return lambda x: fn(x)
 
 
@@ -187,12 +196,12 @@ class DeviceChain:
             delta = l2_sensitivity(bound, neighbours)
             sigma = delta / mu_ll
             ll1, logprior1 = model_fn(x1)
-            # As PenaltyLikelihood: a NaN ratio counts as clipped at -B.
+            # As PenaltyLikelihood: ratios clipped to [-B, B]; a NaN ratio fails `inside` and
+            # is not > 0, so it counts as clipped at -B.
             ratio = ll1 - ll
-            invalid = jnp.isnan(ratio)
-            ratio = jnp.where(invalid, -bound, ratio)
-            clipped = jnp.clip(ratio, -bound, bound)
-            n_over = (invalid | (jnp.abs(ratio) > bound)).sum()
+            inside = jnp.abs(ratio) <= bound
+            clipped = jnp.where(inside, ratio, jnp.where(ratio > 0, bound, -bound))
+            n_over = jnp.size(ratio) - inside.sum()
             d_hat = clipped.sum() + sigma * noise[0]
             count = n_over + count_sd * noise[1] if math.isfinite(count_sd) else jnp.nan
             # kernel.penalised_log_ratio and penalty_decision, traced.

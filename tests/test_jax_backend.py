@@ -204,6 +204,42 @@ def test_refused_releases_leave_the_chain_in_place_and_draw_no_noise():
     assert (out["x"][25:] == out["x"][24]).all() and ledger.releases == 25
 
 
+def test_one_device_step_matches_the_default_paths_compiled_likelihood():
+    """Clip bound, clipped sum, clipped count and penalty test against PenaltyLikelihood (the
+    default path's compiled function), with outliers clipped on both sides."""
+    from pymc_penalty.likelihood import PenaltyLikelihood
+
+    y = np.concatenate([Y[:300], [40.0, -40.0, 25.0]])
+    model = _normal_mean(y)
+    sigma_target, clip, step_mu, share = 3.0, 0.05, None, 0.05
+    chol, z = np.eye(1) * 0.02, np.array([[1.3]])
+    bound = clip * float(np.abs(z[0, 0]))  # metric: ||L^-1 (x1 - x0)|| = |z| at scaling 1
+    mu_ll = 2 * bound / sigma_target
+    step_mu = mu_ll / math.sqrt(1 - share)
+    chain = DeviceChain(
+        model_function(model, model.value_vars),
+        clip_mode=ClipMode.METRIC,
+        neighbours=Neighbours.SUBSTITUTE,
+        step_mu=step_mu,
+        clip_count_share=share,
+    )
+    x0 = np.array([0.9])
+    carry = chain.start(x0, chol, 1.0, clip)
+    _, (xs, x1, accepted, prob, sd, sens, count) = chain.run(
+        carry, z, np.array([-np.inf]), np.zeros((1, 2))
+    )
+    lik = PenaltyLikelihood(model, model.value_vars, model.initial_point())
+    ll0, lp0 = lik.initial(x0, y.size)
+    _, clipped_sum, n_clipped, lp1 = lik.evaluate(x1[0], ll0, bound)
+    assert x1[0, 0] == pytest.approx(0.9 + 0.02 * 1.3, rel=1e-15)
+    assert sens[0] == pytest.approx(2 * bound, rel=1e-12)
+    assert sd[0] == pytest.approx(sigma_target, rel=1e-12)
+    assert count[0] == n_clipped >= 3
+    expected = clipped_sum + lp1 - lp0 - 0.5 * sigma_target**2
+    assert expected < 0 and math.log(prob[0]) == pytest.approx(expected, rel=1e-10)
+    assert accepted[0] and (xs == x1).all()  # log u = -inf: accepted
+
+
 # --- the noise source -----------------------------------------------------------------------
 
 
