@@ -36,7 +36,11 @@ recording, and checks that they add up to the measured time per draw.
 
 Run ``python benchmarks/speed.py [--quick] [--clock {cpu,wall}] [--profile]``. Full mode
 rewrites ``docs/benchmarks/speed.md`` and ``docs/benchmarks/speed.png`` (``--no-write-docs``
-to skip); quick mode writes nothing. The last line printed is ``RESULT {json}`` with
+to skip); quick mode writes nothing. The JAX backend (``pp.sample(backend="jax")``'s device
+chain, :mod:`_jax_backend`) is timed beside the BlackJAX chain whenever the ``bench`` extra is
+installed. The last line printed is ``RESULT {json}`` with ``ms_per_step`` (``default``: C
+mode through ``pm.sample``; ``jax``: the backend; ``pytensor_jax``: the step in PyTensor's JAX
+mode), ``ms_blackjax``, ``ratio_jax_vs_blackjax``,
 ``ratio_vs_numpy`` (C mode: penalty per-draw time in ``pm.sample`` / NumPy per-step time) and
 ``ratio_vs_metropolis_per_proposal`` (penalty per-draw time / (pm.Metropolis per-draw time /
 d)), keyed by n, ``modes`` (the same per PyTensor mode, or ``{"skipped": reason}``),
