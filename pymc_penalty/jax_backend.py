@@ -123,6 +123,23 @@ def _step_length(jnp: Any, mode: ClipMode, move: Any, chol: Any) -> Any:
     return jnp.sqrt(move @ move)
 
 
+#: From this many rows on, the clipped sum and the clipped count are one variadic reduction.
+#: Measured on the project's machine (ms per evaluation, BlackJAX's log density in brackets):
+#: two reductions 0.15 (0.15) at n = 1e4, 5.4 (4.8) at 3e5, 38 (15) at 1e6; one variadic
+#: reduction 0.17 to 0.22 at 1e4, 5.8 at 3e5, 17 at 1e6. With the data out of cache, two
+#: reductions cost about two more passes over the rows.
+VARIADIC_REDUCE_ROWS = 500_000
+
+
+def _sum_and_count(jax: Any, clipped: Any, inside: Any) -> tuple[Any, Any]:
+    """``(clipped.sum(), inside.sum())``: two reductions, or one over both for many rows."""
+    if clipped.shape[0] < VARIADIC_REDUCE_ROWS:
+        return clipped.sum(), inside.sum()
+    return jax.lax.reduce(
+        (clipped, inside), (0.0, 0.0), lambda a, b: (a[0] + b[0], a[1] + b[1]), (0,)
+    )
+
+
 def model_function(model: pm.Model, value_vars: list) -> Callable:
     """JAX function of the raveled unconstrained point: (per-row log-likelihood, log prior).
 
@@ -201,20 +218,20 @@ class DeviceChain:
             ratio = ll1 - ll
             inside = jnp.abs(ratio) <= bound
             clipped = jnp.where(inside, ratio, jnp.where(ratio > 0, bound, -bound))
-            n_over = jnp.size(ratio) - inside.sum()
-            d_hat = clipped.sum() + sigma * noise[0]
+            clipped_sum, n_inside = _sum_and_count(jax, clipped, inside.astype(jnp.float64))
+            n_over = jnp.size(ratio) - n_inside
+            d_hat = clipped_sum + sigma * noise[0]
             count = n_over + count_sd * noise[1] if math.isfinite(count_sd) else jnp.nan
             # kernel.penalised_log_ratio and penalty_decision, traced.
             log_ratio = d_hat + (logprior1 - logprior) - 0.5 * sigma**2
             log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
             accepted = log_u < log_ratio
-            x_new = jnp.where(accepted, x1, x)
-            carry = (
-                carry[0],
-                x_new,
-                jnp.where(accepted, ll1, ll),
-                jnp.where(accepted, logprior1, logprior),
+            # A branch rather than a select: a rejection leaves the per-row cache in place
+            # instead of rewriting it (at n = 1e6 the select's extra pass cost 1.5x).
+            x_new, ll_new, logprior_new = jax.lax.cond(
+                accepted, lambda: (x1, ll1, logprior1), lambda: (x, ll, logprior)
             )
+            carry = (carry[0], x_new, ll_new, logprior_new)
             prob = jnp.exp(jnp.minimum(0.0, log_ratio))
             count = jnp.asarray(count, dtype=jnp.float64)
             return carry, (x_new, x1, accepted, prob, sigma, delta, count)
