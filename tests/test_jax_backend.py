@@ -204,10 +204,16 @@ def test_refused_releases_leave_the_chain_in_place_and_draw_no_noise():
     assert (out["x"][25:] == out["x"][24]).all() and ledger.releases == 25
 
 
-def test_one_device_step_matches_the_default_paths_compiled_likelihood():
+@pytest.mark.parametrize("variadic", [False, True])
+def test_one_device_step_matches_the_default_paths_compiled_likelihood(variadic, monkeypatch):
     """Clip bound, clipped sum, clipped count and penalty test against PenaltyLikelihood (the
-    default path's compiled function), with outliers clipped on both sides."""
+    default path's compiled function), with outliers clipped on both sides; with two
+    reductions and with the one variadic reduction used for many rows."""
+    from pymc_penalty import jax_backend
     from pymc_penalty.likelihood import PenaltyLikelihood
+
+    if variadic:
+        monkeypatch.setattr(jax_backend, "VARIADIC_REDUCE_ROWS", 0)
 
     y = np.concatenate([Y[:300], [40.0, -40.0, 25.0]])
     model = _normal_mean(y)
