@@ -49,7 +49,8 @@ class PenaltyDeviceChain:
         if reason:
             raise RuntimeError(reason)
         from pymc_penalty import PrivacyLedger
-        from pymc_penalty.jax_backend import DeviceChain, model_function, run_device_draws
+        from pymc_penalty.jax_backend import run_device_draws
+        from pymc_penalty.jax_kernel import DeviceChain, model_function
         from pymc_penalty.sensitivity import ClipMode, Neighbours
 
         model = logistic_model(data)
