@@ -134,6 +134,21 @@ def _device(step_mu: float):
     return chain, (np.eye(1) * 0.05, 1.0, 0.5)
 
 
+def _drive(chain, proposal, ledger, noise, step_mu: float, draws: int):
+    """Run ``draws`` device steps from 1.0 in blocks of 20."""
+    return run_device_draws(
+        chain,
+        np.array([1.0]),
+        draws,
+        proposal=proposal,
+        ledger=ledger,
+        step_mu=step_mu,
+        noise=noise,
+        rng=np.random.default_rng(0),
+        block=20,
+    )
+
+
 def _run_crashing(ledger, step_mu: float, crash_on_block: int = 3):
     chain, proposal = _device(step_mu)
     noise = _RecordingNoise(ledger)
@@ -148,17 +163,7 @@ def _run_crashing(ledger, step_mu: float, crash_on_block: int = 3):
 
     chain.run = run
     with pytest.raises(_Crash):
-        run_device_draws(
-            chain,
-            np.array([1.0]),
-            95,
-            proposal=proposal,
-            ledger=ledger,
-            step_mu=step_mu,
-            noise=noise,
-            rng=np.random.default_rng(0),
-            block=20,
-        )
+        _drive(chain, proposal, ledger, noise, step_mu, 95)
     return noise.log, blocks
 
 
@@ -189,17 +194,7 @@ def test_refused_releases_leave_the_chain_in_place_and_draw_no_noise():
     ledger = PrivacyLedger(math.sqrt(25.5) * step_mu)  # room for 25 releases
     chain, proposal = _device(step_mu)
     noise = _RecordingNoise(ledger)
-    out, _ = run_device_draws(
-        chain,
-        np.array([1.0]),
-        60,
-        proposal=proposal,
-        ledger=ledger,
-        step_mu=step_mu,
-        noise=noise,
-        rng=np.random.default_rng(0),
-        block=20,
-    )
+    out, _ = _drive(chain, proposal, ledger, noise, step_mu, 60)
     assert out["dp_released"].sum() == 25 and not out["dp_released"][25:].any()
     assert [rows for rows, _ in noise.log] == [20, 5]
     assert (out["x"][25:] == out["x"][24]).all() and ledger.releases == 25
