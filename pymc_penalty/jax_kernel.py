@@ -150,12 +150,16 @@ class DeviceChain:
             log_ratio = d_hat + (logprior1 - logprior) - 0.5 * sigma**2
             log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
             accepted = log_u < log_ratio
-            # A branch rather than a select: a rejection leaves the per-row cache in place
-            # instead of rewriting it (at n = 1e6 the select's extra pass cost 1.5x).
-            x_new, ll_new, logprior_new = jax.lax.cond(
-                accepted, lambda: (x1, ll1, logprior1), lambda: (x, ll, logprior)
+            # A select, not lax.cond: XLA fuses it with the pass that writes the cache (n = 1e6,
+            # ms per step, BlackJAX in brackets: select 17 to 18.5 (14.4 to 14.9), cond 19.7
+            # to 21.9 (14.3 to 15.8), in the same session).
+            x_new = jnp.where(accepted, x1, x)
+            carry = (
+                carry[0],
+                x_new,
+                jnp.where(accepted, ll1, ll),
+                jnp.where(accepted, logprior1, logprior),
             )
-            carry = (carry[0], x_new, ll_new, logprior_new)
             prob = jnp.exp(jnp.minimum(0.0, log_ratio))
             count = jnp.asarray(count, dtype=jnp.float64)
             return carry, (x_new, x1, accepted, prob, sigma, delta, count)
