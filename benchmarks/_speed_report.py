@@ -186,13 +186,14 @@ def blackjax_table(summary: dict[str, Any]) -> str:
     paths = summary["ms_per_step"]
     headers = ["n", "BlackJAX rmh (jit + scan)", "BlackJAX acceptance"]
     headers += [f"pp path '{p}'" for p in paths]
-    headers += ["default / BlackJAX"]
+    headers += ["default / BlackJAX", "jax / BlackJAX"]
     rows = []
     for n in map(str, summary["sizes"]):
         row = [_n_label(n), _fmt(bj.get(n)), _fmt(summary["blackjax_accept"].get(n), ".2f")]
         for entry in paths.values():
             row.append("skipped" if "skipped" in entry else _fmt(entry.get(n)))
         row.append(_fmt(summary["ratio_vs_blackjax"].get(n), ".2f"))
+        row.append(_fmt(summary.get("ratio_jax_vs_blackjax", {}).get(n), ".2f"))
         rows.append(row)
     return md_table(headers, rows)
 
@@ -350,6 +351,11 @@ def plot(summary: dict[str, Any], path: str) -> None:
     for mode, entry in summary["modes"].items():
         if "skipped" not in entry:
             ax.plot(ns, series(entry["per_step_ms"]), "-o", label=f"PenaltyMetropolis, {mode}")
+    if "skipped" not in summary.get("ms_blackjax", {"skipped": ""}):
+        ax.plot(ns, series(summary["ms_blackjax"]), "-^", label="BlackJAX rmh (jit + scan)")
+    jax_backend = summary["ms_per_step"].get("jax", {"skipped": ""})
+    if "skipped" not in jax_backend:
+        ax.plot(ns, series(jax_backend), "-v", label="pp.sample(backend='jax')")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (datapoints)")

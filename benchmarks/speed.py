@@ -36,7 +36,11 @@ recording, and checks that they add up to the measured time per draw.
 
 Run ``python benchmarks/speed.py [--quick] [--clock {cpu,wall}] [--profile]``. Full mode
 rewrites ``docs/benchmarks/speed.md`` and ``docs/benchmarks/speed.png`` (``--no-write-docs``
-to skip); quick mode writes nothing. The last line printed is ``RESULT {json}`` with
+to skip); quick mode writes nothing. The JAX backend (``pp.sample(backend="jax")``'s device
+chain, :mod:`_jax_backend`) is timed beside the BlackJAX chain whenever the ``bench`` extra is
+installed. The last line printed is ``RESULT {json}`` with ``ms_per_step`` (``default``: C
+mode through ``pm.sample``; ``jax``: the backend; ``pytensor_jax``: the step in PyTensor's JAX
+mode), ``ms_blackjax``, ``ratio_jax_vs_blackjax``,
 ``ratio_vs_numpy`` (C mode: penalty per-draw time in ``pm.sample`` / NumPy per-step time) and
 ``ratio_vs_metropolis_per_proposal`` (penalty per-draw time / (pm.Metropolis per-draw time /
 d)), keyed by n, ``modes`` (the same per PyTensor mode, or ``{"skipped": reason}``),
@@ -84,6 +88,7 @@ from _common import (  # noqa: E402
     repeat,
     step_loop_runner,
 )
+from _jax_backend import PenaltyDeviceChain  # noqa: E402
 from _speed_report import (  # noqa: E402
     ms,
     ratio,
@@ -348,8 +353,9 @@ def bench_size(
         PyTensor modes to time the penalty step in (keys of :data:`PYTENSOR_MODE`).
     seed : int
     blackjax : bool
-        Also time the BlackJAX random-walk chain (:mod:`_blackjax`), ``numpy_steps`` steps
-        per round.
+        Also time the BlackJAX random-walk chain (:mod:`_blackjax`) and the package's JAX
+        backend (:mod:`_jax_backend`, private configuration), ``numpy_steps`` steps per round
+        each.
 
     Returns
     -------
@@ -377,6 +383,10 @@ def bench_size(
         chain = BlackjaxChain(data, scale=scale, chunk_sizes=sizes, seed=seed)
         out["blackjax_setup_s"] = time.perf_counter() - t0
         runners["blackjax"] = (per_call_runner(chain.run), budget.numpy_steps)
+        t0 = time.perf_counter()
+        device = PenaltyDeviceChain(data, scale=scale, chunk_sizes=sizes, seed=seed)
+        out["jax_backend_setup_s"] = time.perf_counter() - t0
+        runners["jax_backend"] = (per_call_runner(device.run), budget.numpy_steps)
 
     model = logistic_model(data)
     t0 = time.perf_counter()
@@ -410,6 +420,8 @@ def bench_size(
     if chain is not None:
         out["blackjax"] = best["blackjax"]
         out["blackjax_accept"] = chain.acceptance_rate
+        out["jax_backend"] = best["jax_backend"]
+        out["jax_backend_accept"] = device.acceptance_rate
     out["metropolis_per_draw"] = best["metropolis_per_draw"]
     out["metropolis_per_proposal"] = best["metropolis_per_draw"] / D
     out["metropolis_accept"] = float(np.mean(met_state["accepted"]))
@@ -673,15 +685,25 @@ def summarise(
         return {str(n): ms(r.get(key)) for n, r in results.items()}
 
     jax_entry = mode_entries.get("JAX", {"skipped": "not a PyTensor mode here"})
-    ms_blackjax = {"skipped": blackjax_skipped} if blackjax_skipped else per_n("blackjax")
+    skipped = {"skipped": blackjax_skipped}
+    ms_blackjax = skipped if blackjax_skipped else per_n("blackjax")
     summary: dict[str, Any] = {
         # The paths a user can pick (issue: speed parity with a jitted JAX sampler) and the
-        # jitted BlackJAX chain they would compare with, measured in the same run.
+        # jitted BlackJAX chain they would compare with, measured in the same run: "jax" is
+        # pp.sample(backend="jax")'s device chain, "pytensor_jax" the default step with
+        # PyTensor's JAX mode.
         "ms_per_step": {
             "default": c.get("per_step_ms", {}),
-            "jax": jax_entry if "skipped" in jax_entry else jax_entry.get("per_step_ms", {}),
+            "jax": skipped if blackjax_skipped else per_n("jax_backend"),
+            "pytensor_jax": jax_entry
+            if "skipped" in jax_entry
+            else jax_entry.get("per_step_ms", {}),
         },
         "ms_blackjax": ms_blackjax,
+        "ratio_jax_vs_blackjax": {
+            str(n): ratio(r.get("jax_backend"), r.get("blackjax")) for n, r in results.items()
+        },
+        "jax_backend_accept": {str(n): r.get("jax_backend_accept") for n, r in results.items()},
         "ratio_vs_blackjax": {
             str(n): ratio(r["modes"].get("C", {}).get("sample"), r.get("blackjax"))
             for n, r in results.items()

@@ -22,13 +22,12 @@ from pymc_penalty.diagnostics import (
     ConvergenceWarning,
     convergence_verdict,
     epsilon_curve,
-    plot_epsilon,
-    plot_privacy,
 )
 from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
 from pymc_penalty.interrupts import SamplingInterrupted
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import ModelNotPrivateError
+from pymc_penalty.plots import plot_epsilon, plot_privacy
 from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.report_view import ReportView, report

@@ -325,6 +325,7 @@ def sample(
     model: pm.Model | None = None,
     owners: Any = None,
     cluster: Any = None,
+    backend: str = "pymc",
     **pm_sample_kwargs: Any,
 ) -> az.InferenceData:
     """Draw a differentially private posterior sample with a privacy report.
@@ -382,6 +383,10 @@ def sample(
     owners, cluster : optional
         Several data owners on a Dask cluster: a list of
         :class:`pymc_penalty.distributed.Owner`; see :func:`pymc_penalty.distributed.sample`.
+    backend : {"pymc", "jax"}, default "pymc"
+        ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
+        draws run on a JAX device in jitted blocks, with the same releases, noise source,
+        ledger and report (:mod:`pymc_penalty.jax_backend`).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
 
@@ -399,6 +404,10 @@ def sample(
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
+    if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
+        from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
+
+        check_jax_backend(pm_sample_kwargs, step_kwargs, owners)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
         args = dict(locals(), **pm_sample_kwargs)
         from pymc_penalty.distributed.sampler import from_pp_sample
@@ -483,14 +492,25 @@ def sample(
 
     try:
         with model, stop_on_interrupt() as interrupt:
-            idata = pm.sample(
-                draws=plan.draws,
-                tune=plan.tune,
-                chains=plan.chains,
-                step=step,
-                callback=callback,
-                **pm_sample_kwargs,
-            )
+            if backend == "jax":  # tuning as below, then the draws on the device
+                idata = sample_on_device(
+                    step,
+                    draws=plan.draws,
+                    tune=plan.tune,
+                    chains=plan.chains,
+                    callback=callback,
+                    model=model,
+                    **pm_sample_kwargs,
+                )
+            else:
+                idata = pm.sample(
+                    draws=plan.draws,
+                    tune=plan.tune,
+                    chains=plan.chains,
+                    step=step,
+                    callback=callback,
+                    **pm_sample_kwargs,
+                )
     except interrupt:  # Ctrl-C: no further chain starts; say what was spent
         report = {**_step_report(step, budget, callback, float("nan")), **warm_report}
         message = interrupted_message(report, budget, ledger_path)

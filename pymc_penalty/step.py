@@ -30,6 +30,7 @@ from pymc_penalty.adaptation import (
     ProposalAdapter,
     clip_target_fraction,
     starting_clip,
+    starting_sd,
 )
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
@@ -228,7 +229,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         step method would evaluate the likelihood without noise.
     S : ndarray, optional
         Proposal standard deviations (1-D) or covariance (2-D) on the unconstrained space.
-        Defaults to ones.
+        Defaults to ones, or with ``clip="auto"`` under substitute-one neighbours to
+        ``1 / sqrt(n)``, the scale of a posterior informed by n rows, in which the found clip
+        starts (:func:`pymc_penalty.adaptation.starting_sd`).
     proposal_dist : type, optional
         ``pm.NormalProposal`` or ``pm.MultivariateNormalProposal`` (picked from ``S``'s
         dimension when omitted). The step always draws one blocked, symmetric move.
@@ -445,7 +448,10 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
         size = sum(initial_point[v.name].size for v in vars)
         if S is None:
-            S = np.ones(size)
+            S = np.ones(size)  # with clip="auto", replaced below once n's status is known
+            default_s = True
+        else:
+            default_s = False
         S = np.asarray(S, dtype=np.float64)
         if S.ndim == 1 and S.shape != (size,) or S.ndim == 2 and S.shape != (size, size):
             raise ValueError(
@@ -460,6 +466,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
         if clip_auto:
             clip = starting_clip(n_public, clip_target_fraction(n_public))
+            if default_s:
+                S = np.full(size, starting_sd(n_public))
         self.clip = None if clip is None else float(clip)
         #: True when the clip constant is found in tuning from the released clipped counts.
         self.clip_auto = clip_auto

@@ -272,6 +272,7 @@ def check_sample_arguments(
     keep_data: Any,
     step_kwargs: Any,
     pm_sample_kwargs: Mapping[str, Any],
+    backend: Any = "pymc",
     **others: Any,
 ) -> None:
     """Every argument of :func:`pymc_penalty.sample` (and ``cores``, ``random_seed`` of
@@ -284,6 +285,7 @@ def check_sample_arguments(
     """
     check_budget(epsilon, delta)
     check_plan(draws, tune, chains)
+    check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.jax_backend
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)

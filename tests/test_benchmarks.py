@@ -105,6 +105,11 @@ def check_speed(res: dict) -> None:
         for n, ratio in res["ratio_vs_blackjax"].items():
             assert _positive(bj[n]) and 0.0 < res["blackjax_accept"][n] < 1.0, n
             assert ratio == pytest.approx(res["ms_penalty_sample"][n] / bj[n], rel=1e-2), n
+        # The JAX backend's device chain, timed in the same rounds.
+        jax_ms = res["ms_per_step"]["jax"]
+        for n, ratio in res["ratio_jax_vs_blackjax"].items():
+            assert _positive(jax_ms[n]) and 0.0 < res["jax_backend_accept"][n] < 1.0, n
+            assert ratio == pytest.approx(jax_ms[n] / bj[n], rel=1e-2), n
 
 
 def check_utility(res: dict) -> None:
