@@ -407,7 +407,7 @@ def sample(
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
 
-        check_jax_backend(pm_sample_kwargs, step_kwargs, owners)
+        check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
         args = dict(locals(), **pm_sample_kwargs)
         from pymc_penalty.distributed.sampler import from_pp_sample

@@ -53,16 +53,26 @@ _SAMPLE_KWARGS = ("random_seed", "initvals", "var_names", "progressbar", "cores"
 
 
 def check_jax_backend(
-    pm_sample_kwargs: Mapping[str, Any], step_kwargs: Mapping[str, Any] | None, owners: Any = None
+    pm_sample_kwargs: Mapping[str, Any],
+    step_kwargs: Mapping[str, Any] | None,
+    owners: Any = None,
+    model: pm.Model | None = None,
 ) -> None:
     """Refuse what the JAX backend cannot run, before anything is opened or spent.
+
+    With ``model``, its log-likelihood and prior are also converted to JAX here (the graph
+    only: no data value is computed), so a model with an operation JAX cannot run is refused
+    before the warm start and the tuning on the default path spend any budget.
 
     Raises
     ------
     InvalidArgumentError
-        If JAX is not installed, or an argument is outside what the backend supports.
+        If JAX is not installed, an argument is outside what the backend supports, or the
+        model cannot be converted to JAX.
     """
     import_jax()
+    if model is not None:
+        _check_converts(model)
     if owners is not None:
         raise InvalidArgumentError("`backend='jax'` runs one data owner: omit `owners`.")
     unknown = sorted(set(pm_sample_kwargs) - set(_SAMPLE_KWARGS))
@@ -83,6 +93,22 @@ def check_jax_backend(
         raise InvalidArgumentError(
             "`backend='jax'` compiles the likelihood itself: omit step_kwargs['compile_kwargs']."
         )
+
+
+def _check_converts(model: pm.Model) -> None:
+    from pymc_penalty.model_checks import ModelNotPrivateError
+    from pymc_penalty.validation import InvalidDataError
+
+    try:
+        model_function(model, list(model.value_vars))
+    except (ModelNotPrivateError, InvalidArgumentError, InvalidDataError):
+        raise  # the package's own refusals say what is wrong
+    except Exception as exc:
+        # The conversion's message may print graph constants (the data among them): withheld.
+        raise InvalidArgumentError(
+            f"`backend='jax'` cannot convert this model to JAX ({type(exc).__name__}); nothing "
+            "was spent. Use backend='pymc'."
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------

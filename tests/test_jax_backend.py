@@ -300,3 +300,44 @@ def test_the_gate_is_the_default_paths():
         pm.Normal("y", b * (xd - xd.mean()), 1.0, observed=Y)
         with pytest.raises(ModelNotPrivateError, match="moves other datapoints"):
             pp.sample(epsilon=1.0, delta=1e-5, draws=10, tune=10, backend="jax")
+
+
+def test_a_model_jax_cannot_run_is_refused_before_warm_start_and_tuning_spend(tmp_path):
+    # A Python-only Op has no JAX conversion. The default path runs it, so before the check
+    # the warm start and the tuning on the default path spent their budget and the device
+    # conversion then failed; now nothing is spent (no ledger file is even written).
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    @as_op(itypes=[pt.dvector], otypes=[pt.dvector])  # deprecated name; still what 5.28 has
+    def py_square(v):
+        return v**2
+
+    path = tmp_path / "ledger"
+    with pm.Model():
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.CustomDist("y", mu, logp=lambda v, m: -0.5 * py_square(v - m), observed=Y[:50])
+        with pytest.raises(InvalidArgumentError, match="cannot convert this model to JAX"):
+            pp.sample(
+                epsilon=1.0,
+                delta=1e-5,
+                draws=10,
+                tune=10,
+                warm_start=0.2,
+                ledger_path=path,
+                backend="jax",
+            )
+        assert not path.exists()
+        # Control: the same model and arguments on the default path are accepted.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pp.sample(
+                epsilon=1.0,
+                delta=1e-5,
+                draws=10,
+                tune=10,
+                ledger_path=path,
+                chains=1,
+                progressbar=False,
+            )
+    assert idata.attrs["dp_releases"] == 20
