@@ -16,6 +16,7 @@ after the release's privacy cost is committed; it releases them with noise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,6 +157,11 @@ def clipped_ratio_sum(
     return clipped_sum, pt.inc_subtensor(counts, over.astype("int64"))
 
 
+def _key(x: np.ndarray, dtype: np.dtype) -> bytes:
+    """A state's identity: its bytes in the compiled input dtype."""
+    return np.asarray(x, dtype=dtype).tobytes()
+
+
 class PenaltyLikelihood:
     """Compiled evaluation of the clipped log-likelihood difference and the log prior.
 
@@ -221,6 +227,13 @@ class PenaltyLikelihood:
         self._slots = (inputs.index(ll_current), inputs.index(ll_proposal))
         self._has_current = False
         self._pending = False
+        # Which state the current vector belongs to, its log prior, and the data arrays it
+        # was computed from (held, so a replaced array is told apart by identity).
+        self._current_key: bytes | None = None
+        self._proposal_key: bytes | None = None
+        self._proposal_logprior = math.nan
+        self.current_logprior = math.nan
+        self._data_refs: tuple = ()
         # The gate (row locality, data recognition) ran on the data's shapes at construction;
         # pm.set_data or set_value may swap in arrays of another shape later. The layout is
         # checked again before each chain touches the data.
@@ -275,8 +288,29 @@ class PenaltyLikelihood:
             current[0] = np.zeros(n, dtype=self.ll_dtype)
         self._has_current = self._pending = False
         _, _, logprior = self._call(x, np.inf)
+        self._proposal_key, self._proposal_logprior = _key(x, self.input_dtype), logprior
         self._make_proposal_current()
+        self._data_refs = self._data_arrays()
         return logprior
+
+    def holds(self, x: np.ndarray) -> bool:
+        """Whether the cached current vector is the one at ``x`` on the data as they are now.
+
+        False after :meth:`initial`/:meth:`evaluate` or a failed call, for another state,
+        and when a data container's array was replaced (``pm.set_data`` with the same shape,
+        which the layout check cannot see): the step then calls :meth:`reset`. The state
+        lives here, with the vector, so shallow copies of a step that share this object
+        never compare against each other's state.
+        """
+        return (
+            self._has_current
+            and not self._pending
+            and self._current_key == _key(x, self.input_dtype)
+            and all(a is b for a, b in zip(self._data_arrays(), self._data_refs, strict=True))
+        )
+
+    def _data_arrays(self) -> tuple:
+        return tuple(v.get_value(borrow=True) for v in self._shared)
 
     def propose(self, x: np.ndarray, bound: float) -> tuple[Any, Any, float]:
         """Evaluate the proposal ``x`` against the cached current state; scalars only.
@@ -313,6 +347,7 @@ class PenaltyLikelihood:
             )
         out = self._call(x, bound)
         self._pending = True
+        self._proposal_key, self._proposal_logprior = _key(x, self.input_dtype), out[2]
         return out
 
     def commit(self, accepted: bool) -> None:
@@ -334,6 +369,7 @@ class PenaltyLikelihood:
         current, proposal = self._cells()
         current[0], proposal[0] = proposal[0], current[0]
         self._has_current = True
+        self._current_key, self.current_logprior = self._proposal_key, self._proposal_logprior
 
     # --- the explicit interface ----------------------------------------------------------
 

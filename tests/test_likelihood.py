@@ -251,3 +251,33 @@ def test_the_cache_stays_right_when_pytensor_keeps_its_buffers(logistic):
     assert not lik._function.vm.allow_gc
     accepts = [True, False, True, True, False, True, True, True]
     assert _walk(lik, _unfused_reference(model), X, y, accepts) == 0
+
+
+def test_holds_names_the_cached_state_and_sees_replaced_data():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 2))
+    y = rng.binomial(1, 0.5, size=300)
+    with pm.Model() as model:
+        xd = pm.Data("X", X)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(xd, beta), observed=y)
+    lik = PenaltyLikelihood(model, model.value_vars, model.initial_point())
+    x0, x1 = np.zeros(2), np.array([0.3, -0.2])
+    assert not lik.holds(x0)  # nothing cached
+    prior0 = lik.reset(x0, 300)
+    assert lik.holds(x0) and not lik.holds(x1) and lik.current_logprior == prior0
+    _, _, prior1 = lik.propose(x1, np.inf)
+    assert not lik.holds(x0)  # undecided proposal
+    lik.commit(False)
+    assert lik.holds(x0) and lik.current_logprior == prior0
+    lik.propose(x1, np.inf)
+    lik.commit(True)
+    assert lik.holds(x1) and not lik.holds(x0) and lik.current_logprior == prior1
+    # pm.set_data with the same shape: the layout check passes, but the cached vector was
+    # computed on the old rows; holds() must say so (it compared shapes only before).
+    with model:
+        pm.set_data({"X": X[::-1].copy()})
+    lik.check_layout()
+    assert not lik.holds(x1)
+    lik.reset(x1, 300)
+    assert lik.holds(x1)
