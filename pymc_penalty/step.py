@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import field
 from typing import Any, Protocol
@@ -33,11 +34,14 @@ from pymc_penalty.adaptation import (
 )
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
-    PenaltyDecision,
+    PenaltyState,
+    Release,
+    StepNoise,
     clip_count_noise_sd,
-    penalised_log_ratio,
-    penalty_decision,
+    info_stats,
     split_step_mu,
+    stats_dtypes_shapes,
+    transition,
 )
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
@@ -334,15 +338,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     name = "penalty_metropolis"
     default_blocked = True
     stats_dtypes_shapes = {
-        "accept": (np.float64, []),
-        "accepted": (bool, []),
+        **stats_dtypes_shapes(),  # the transition's (pymc_penalty.kernel.INFO_STATS)
         "scaling": (np.float64, []),
-        "dp_noise_sd": (np.float64, []),
-        "dp_sensitivity": (np.float64, []),
-        "dp_mu": (np.float64, []),
-        "dp_clipped_fraction": (np.float64, []),
-        "dp_clipped_count": (np.float64, []),
-        "dp_released": (bool, []),
         # The step's proposal in the raveled, unconstrained space (its length is set per
         # instance by `declare_proposal_stat`): data-independent, for waste recycling.
         PROPOSAL_STAT: (object, [None]),
@@ -577,6 +574,17 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
         return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
 
+    def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
+        """The step's noise (public inputs only), its release function (the one part a variant
+        replaces: here one owner's clipped sum) and the clip count's noise sd, which the clip
+        adaptation reads (None: the count does not tune the clip)."""
+        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
+
+        def release(state: PenaltyState, x1: np.ndarray) -> Release:
+            return self._release_sum(state, x1, bound, sigma, count_sd)
+
+        return StepNoise.from_sd(delta, sigma, step_mu), release, count_sd
+
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """Draw a proposal in the input dtype; return it with the length its bound scales by.
 
@@ -591,32 +599,39 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         diff = np.asarray(x1, dtype=np.float64) - x0
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
 
-    def _decide(
-        self,
-        x0: np.ndarray,
-        x1: np.ndarray,
-        ll1: np.ndarray,
-        logprior1: float,
-        d_hat: float,
-        noise_var: float,
-    ) -> tuple[np.ndarray, PenaltyDecision]:
-        """Penalised test on a release; update the cache, the proposal and its adaptation."""
-        log_ratio = penalised_log_ratio(
-            d_hat, noise_var, logprior1 - self._cache_logprior, penalty=self._apply_penalty
-        )
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        if decision.accepted:
-            self._cache_key = x1.tobytes()
-            self._cache_ll = ll1
-            self._cache_logprior = logprior1
-            x_new = x1
+    def _current(self, x0: np.ndarray) -> tuple[PenaltyState, bool]:
+        """The state at ``x0`` from the cache, and whether the cache must be rebuilt first."""
+        stale = self._cache_key != x0.tobytes()
+        if stale:
+            self._lik.check_layout()  # shapes only: before anything is spent
+        return PenaltyState(x0, self._cache_logprior, self._cache_ll), stale
+
+    def _evaluate(self, state: PenaltyState, x1: np.ndarray, bound: float) -> tuple:
+        """After the budget is committed: (current state, proposal state, clipped sums,
+        clipped counts), rebuilding the cache of the current point first when it is stale
+        (a refused step must not evaluate the likelihood)."""
+        if self._cache_key != state.position.tobytes():
+            self._refresh_cache(state.position, state.position.tobytes())
+            state = PenaltyState(state.position, self._cache_logprior, self._cache_ll)
+        ll1, sums, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
+        return state, PenaltyState(x1, logprior1, ll1), sums, n_clipped
+
+    def _release_sum(
+        self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
+    ) -> Release:
+        """Release the clipped sum (and the clip count) with this step's noise."""
+        state, proposal, clipped_sum, n_clipped = self._evaluate(state, x1, bound)
+        noise = self._noise()
+        d_hat = clipped_sum + sigma * noise.standard_normal()
+        if not self.private:
+            clipped_count = float(n_clipped)
+        elif math.isfinite(count_sd):
+            clipped_count = n_clipped + count_sd * noise.standard_normal()
         else:
-            x_new = x0
-        self.adapter.after_decision(decision.accepted)
-        if self.tune:
-            self._pending_tuning = (x_new.copy(), decision.accept_prob, decision.accepted, None)
-        return x_new, decision
+            clipped_count = math.nan
+        del n_clipped, clipped_sum  # exact values: never to leave this function
+        fraction = self._public_fraction(clipped_count, proposal.cache.shape[0])
+        return Release(d_hat, proposal, float(clipped_count), float(fraction), state)
 
     def _apply_pending_tuning(self) -> None:
         """Adapt the proposal (and a found clip) to the previous step's released outcome."""
@@ -628,57 +643,38 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if count is not None and self.clip_adapter is not None:
             self._adapt_clip(*count)
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised Metropolis step in the raveled parameter space."""
-        x0 = q0.data
-        adapter = self.adapter
-        x1, length = self._propose(x0)
-        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
-        stats = {
-            "scaling": adapter.scaling,
-            "dp_noise_sd": sigma,
-            "dp_sensitivity": delta,
-            "dp_mu": step_mu,
-            PROPOSAL_STAT: x1.copy(),
-        }
+    def _step_stats(self, x1: np.ndarray) -> dict[str, Any]:
+        """The statistics of the proposal and the tuning, known before anything is released."""
+        stats = {"scaling": self.adapter.scaling, PROPOSAL_STAT: x1.copy()}
         if self.clip_auto:
             stats[CLIP_STAT] = self.clip
+        return stats
 
-        key = x0.tobytes()
-        if self._cache_key != key:
-            self._lik.check_layout()  # shapes only: before anything is spent
-        if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
-            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
-            stats.update(dp_clipped_count=np.nan, dp_released=False, dp_mu=0.0)
-            return q0, [stats]
-
-        # The budget for this release is committed: the data may be touched now (the cache of
-        # the current state's vector too: a refused step must not evaluate the likelihood).
-        if self._cache_key != key:
-            self._refresh_cache(x0, key)
-        ll1, clipped_sum, n_clipped, logprior1 = self._lik.evaluate(x1, self._cache_ll, bound)
-        noise = self._noise()
-        d_hat = clipped_sum + sigma * noise.standard_normal()
-        if not self.private:
-            clipped_count = float(n_clipped)
-        elif math.isfinite(count_sd):
-            clipped_count = n_clipped + count_sd * noise.standard_normal()
-        else:
-            clipped_count = math.nan
-        del n_clipped, clipped_sum  # exact values: never to leave this function
-        clipped_fraction = self._public_fraction(clipped_count, ll1.shape[0])
-
-        x_new, decision = self._decide(x0, x1, ll1, logprior1, d_hat, sigma**2)
-        if self._pending_tuning is not None and self.clip_adapter is not None:
-            self._pending_tuning = (*self._pending_tuning[:3], (clipped_count, count_sd))
-        stats.update(
-            accept=decision.accept_prob,
-            accepted=decision.accepted,
-            dp_clipped_fraction=float(clipped_fraction),
-            dp_clipped_count=float(clipped_count),
-            dp_released=True,
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One penalised Metropolis step in the raveled parameter space (see
+        :func:`pymc_penalty.kernel.transition`)."""
+        x0 = q0.data
+        x1, length = self._propose(x0)
+        noise, release, count_sd = self._step_noise(length)
+        stats = self._step_stats(x1)
+        state, _ = self._current(x0)
+        charge = None if self.ledger is None else self.ledger.try_spend
+        new, info = transition(
+            self.rng, state, x1, noise, release, charge=charge, penalty=self._apply_penalty
         )
-        return RaveledVars(x_new, q0.point_map_info), [stats]
+        stats.update(info_stats(info))
+        if not info.released:
+            return q0, [stats]
+        if info.accepted:
+            self._cache_key = x1.tobytes()
+            self._cache_ll, self._cache_logprior = new.cache, new.log_prior
+        self.adapter.after_decision(info.accepted)
+        if self.tune:
+            count = None
+            if self.clip_adapter is not None and count_sd is not None:
+                count = (info.clipped_count, count_sd)
+            self._pending_tuning = (new.position.copy(), info.accept, info.accepted, count)
+        return RaveledVars(new.position, q0.point_map_info), [stats]
 
     def _adapt_clip(self, clipped_count: float, count_sd: float) -> None:
         """Tuning: move the clip from the released (noisy) count, then follow the proposal's
