@@ -39,7 +39,15 @@ from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
 from pymc_penalty.api import _finalize, _step_report
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerError, OwnerPool
-from pymc_penalty.kernel import penalised_log_ratio, penalty_decision, split_step_mu
+from pymc_penalty.kernel import (
+    INFO_STATS,
+    PenaltyState,
+    Release,
+    StepNoise,
+    info_stats,
+    split_step_mu,
+    transition,
+)
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity, step_length
@@ -424,12 +432,9 @@ def _run_chains(
     xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
     logpriors = np.array([prior(x) for x in xs])
     trace = np.empty((chains, steps, xs.shape[1]))
-    names = ["accept", "scaling", "dp_noise_sd", "dp_sensitivity", "dp_mu", "dp_mu_outsider"]
-    names += ["dp_clipped_count", "dp_clipped_fraction"]
-    names += [f"dp_mu_owner_{k}" for k in range(len(owner_mu))]
+    names = ["scaling", *(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
     stats = {name: np.zeros((chains, steps)) for name in names}
-    stats["accepted"] = np.zeros((chains, steps), dtype=bool)
-    stats["dp_released"] = np.zeros((chains, steps), dtype=bool)
+    stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
     stopped = False
     for t in range(steps):
         trace[:, t] = xs
@@ -466,31 +471,30 @@ def _run_chains(
             stopped = True
             continue
         sums, counts = reply
-        d_hat = sums.sum(axis=0)
+        d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
+        delta = l2_sensitivity(bounds, config.neighbours)
+        party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
         tuning = t < plan.tune
         for c, adapter in enumerate(adapters):
-            lp1 = prior(x1s[c])
-            log_ratio = penalised_log_ratio(d_hat[c], noise_var[c], lp1 - logpriors[c])
-            u = rngs[c].random()
-            decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-            if decision.accepted:
-                xs[c], logpriors[c] = x1s[c], lp1
-            adapter.after_decision(decision.accepted)
+            party_c = (*party, ("dp_mu_outsider", mu_out[c]))
+            noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
+
+            def release(
+                state: PenaltyState, x1: np.ndarray, d: float = d_hat[c], n: float = clipped[c]
+            ) -> Release:
+                # The owners' replies, charged above (the clipped fraction would need the row
+                # counts, which the driver never receives).
+                return Release(d, PenaltyState(x1, prior(x1)), n)
+
+            state = PenaltyState(xs[c].copy(), logpriors[c])
+            new, info = transition(rngs[c], state, x1s[c], noise, release)
+            xs[c], logpriors[c] = new.position, new.log_prior
+            adapter.after_decision(info.accepted)
             if tuning:
-                adapter.update(xs[c], decision.accept_prob, decision.accepted)
-            stats["accept"][c, t] = decision.accept_prob
-            stats["accepted"][c, t] = decision.accepted
-        stats["dp_released"][:, t] = True
-        stats["dp_noise_sd"][:, t] = np.sqrt(noise_var)
-        stats["dp_sensitivity"][:, t] = l2_sensitivity(bounds, config.neighbours)
-        stats["dp_mu"][:, t] = step_mu
-        stats["dp_mu_outsider"][:, t] = mu_out
-        for k, m in enumerate(owner_mu):
-            stats[f"dp_mu_owner_{k}"][:, t] = m
-        stats["dp_clipped_count"][:, t] = counts.sum(axis=0)
-        # The fraction would need the row counts, which the driver never receives.
-        stats["dp_clipped_fraction"][:, t] = math.nan
+                adapter.update(xs[c], info.accept, info.accepted)
+            for name, value in info_stats(info).items():
+                stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)
 
 

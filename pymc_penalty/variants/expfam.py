@@ -39,7 +39,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
-from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
+from pymc_penalty.kernel import PenaltyState, Release, StepNoise, info_stats, transition
 from pymc_penalty.model_checks import (
     ModelNotPrivateError,
     data_sources,
@@ -575,7 +575,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     # --- the step --------------------------------------------------------------------------
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised step releasing a fresh noisy sufficient statistic."""
+        """One penalised step releasing a fresh noisy sufficient statistic (the transition is
+        :func:`pymc_penalty.kernel.transition`; the release is :meth:`_release_statistic`)."""
         x0 = q0.data
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
@@ -585,11 +586,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             self._cache_key = key
         lp0, phi0, a0 = self._cache
         lp1, phi1, a1 = self._eval(x1)
-        stats: dict[str, Any] = {
-            "scaling": adapter.scaling,
-            "dp_sensitivity": self.sensitivity,
-            PROPOSAL_STAT: x1.copy(),
-        }
+        stats: dict[str, Any] = {"scaling": adapter.scaling, PROPOSAL_STAT: x1.copy()}
         # A proposal outside the prior's support is released and rejected like any other
         # (its ratio is NaN -> -inf): ``dp_released=False`` must keep meaning "refused by the
         # ledger", which is what stops the run and trims the result.
@@ -600,33 +597,32 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         else:
             offset = self._n * (a0 - a1)
         sigma = math.sqrt(float(dphi @ dphi) * self.xi)
-        stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
-        if self.ledger is not None and not self.ledger.try_spend(self.mu**2):
-            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=math.nan)
-            stats.update(dp_clipped_count=math.nan)
-            stats.update(dp_released=False, dp_mu=0.0)
-            return q0, [stats]
+        noise = StepNoise.from_sd(self.sensitivity, sigma, self.mu)
 
-        # Budget committed: release S_hat = S + N(0, xi I) and use it.
+        def release(state: PenaltyState, x: np.ndarray) -> Release:
+            return self._release_statistic(x, (lp1, phi1, a1), dphi, offset)
+
+        charge = None if self.ledger is None else self.ledger.try_spend
+        state = PenaltyState(x0, lp0, self._cache)
+        new, info = transition(self.rng, state, x1, noise, release, charge=charge)
+        stats.update(info_stats(info))
+        if not info.released:
+            return q0, [stats]
+        if info.accepted:
+            self._cache_key, self._cache = x1.tobytes(), new.cache
+        if self.tune:
+            adapter.update(new.position, info.accept, info.accepted)
+        return RaveledVars(new.position, q0.point_map_info), [stats]
+
+    def _release_statistic(
+        self, x1: np.ndarray, cache1: tuple, dphi: np.ndarray, offset: float
+    ) -> Release:
+        """Budget committed: release ``S_hat = S + N(0, xi I)`` and use it."""
         s_hat = self._S + math.sqrt(self.xi) * self._noise().standard_normal(self._S.shape)
         d_hat = float(dphi @ s_hat) + offset
         del s_hat
-        log_ratio = penalised_log_ratio(d_hat, sigma**2, lp1 - lp0)
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        x_new = x1 if decision.accepted else x0
-        if decision.accepted:
-            self._cache_key, self._cache = x1.tobytes(), (lp1, phi1, a1)
-        if self.tune:
-            adapter.update(x_new, decision.accept_prob, decision.accepted)
-        stats.update(
-            accept=decision.accept_prob,
-            accepted=decision.accepted,
-            dp_clipped_fraction=math.nan if self.private else self._clipped_fraction_exact,
-            dp_clipped_count=math.nan,
-            dp_released=True,
-        )
-        return RaveledVars(x_new, q0.point_map_info), [stats]
+        fraction = math.nan if self.private else self._clipped_fraction_exact
+        return Release(d_hat, PenaltyState(x1, cache1[0], cache1), math.nan, fraction)
 
     @staticmethod
     def competence(var: Any, has_grad: bool) -> Competence:
