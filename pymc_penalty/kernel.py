@@ -295,7 +295,7 @@ class PenaltyInfo(NamedTuple):
 #: ``party_mu`` are not in it (the first is not recorded, the second names its own statistics).
 INFO_STATS: dict[str, tuple[str, Any]] = {
     "accept": ("accept", np.float64),
-    "accepted": ("accepted", bool),
+    "accepted": ("accepted", np.float64),  # 1.0 / 0.0, as pm.Metropolis records it
     "released": ("dp_released", bool),
     "noise_sd": ("dp_noise_sd", np.float64),
     "sensitivity": ("dp_sensitivity", np.float64),
@@ -312,7 +312,7 @@ def stats_dtypes_shapes() -> dict[str, tuple[Any, list]]:
 
 def info_stats(info: PenaltyInfo) -> dict[str, Any]:
     """The sample statistics of one transition (the one place they are named)."""
-    stats = {name: getattr(info, field) for field, (name, _) in INFO_STATS.items()}
+    stats = {name: dtype(getattr(info, field)) for field, (name, dtype) in INFO_STATS.items()}
     stats.update(info.party_mu)
     return stats
 

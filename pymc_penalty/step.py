@@ -54,7 +54,12 @@ from pymc_penalty.sensitivity import (
     l2_sensitivity,
     step_length,
 )
-from pymc_penalty.validation import check_model_data, check_step_arguments
+from pymc_penalty.validation import (
+    InvalidArgumentError,
+    check_integer,
+    check_model_data,
+    check_step_arguments,
+)
 
 __all__ = [
     "DEFAULT_PLAN",
@@ -151,6 +156,60 @@ def _parse_budget(
     return budget, plan
 
 
+def check_blocked(blocked: Any) -> None:
+    """Refuse ``blocked=False`` with the reason (one release per step for all variables).
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    if not blocked:
+        raise InvalidArgumentError(
+            "`blocked` must be True: a penalty step makes one private release per step, for a "
+            "move of all its variables together. With blocked=False PyMC would run one step "
+            "per variable, each a release of the same data: that many times the privacy cost "
+            "per draw. Sample all free variables with one penalty step."
+        )
+
+
+#: Default length of the first covariance-adaptation window (``adapt_window``).
+DEFAULT_ADAPT_WINDOW = 100
+
+
+def resolve_adapt_window(adapt_window: Any, tune_interval: Any) -> int:
+    """The adaptation window from ``adapt_window`` or its deprecated name ``tune_interval``.
+
+    In ``pm.Metropolis``, ``tune_interval`` is the number of steps between updates of the
+    scaling; in the penalty steps it has always been the length of the first
+    covariance-adaptation window (windows then double, and the scaling adapts every step),
+    so it is renamed ``adapt_window``. ``tune_interval`` still works, with a
+    ``FutureWarning``, and means what it meant.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Both given, or the value given is not an integer >= 1 (naming the argument).
+    """
+    if tune_interval is None:
+        return check_integer(
+            "adapt_window", DEFAULT_ADAPT_WINDOW if adapt_window is None else adapt_window, low=1
+        )
+    if adapt_window is not None:
+        raise InvalidArgumentError(
+            "Give `adapt_window` only: `tune_interval` is its deprecated name."
+        )
+    window = check_integer("tune_interval", tune_interval, low=1)
+    warnings.warn(
+        "`tune_interval` is renamed `adapt_window` (the length of the first covariance-"
+        "adaptation window; windows then double, and the scaling adapts every step). In "
+        "pm.Metropolis `tune_interval` means the steps between scaling updates, which is not "
+        "what it does here. It will be removed in a future release.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return window
+
+
 def _check_budget_ledger(ledger: Any, budget: PrivacyBudget) -> None:
     """A ledger passed with a budget must enforce at most that budget."""
     if not all(hasattr(ledger, name) for name in ("budget_mu", "budget_mu2", "remaining_mu2")):
@@ -240,8 +299,13 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Initial global scale factor of the proposal.
     tune : bool, default True
         Adapt the proposal during tuning (from released outcomes only: no privacy cost).
-    tune_interval : int, default 100
-        Length of the first covariance-adaptation window; windows double afterwards.
+    adapt_window : int, default 100
+        Length of the first covariance-adaptation window; windows double afterwards (the
+        scaling adapts at every tuning step). With ``clip="auto"`` the clip is re-estimated
+        every ``adapt_window // 2`` tuning steps.
+    tune_interval : int, optional
+        Deprecated name of ``adapt_window`` (``FutureWarning``). It is not ``pm.Metropolis``'s
+        ``tune_interval`` (steps between scaling updates).
     epsilon, delta : float, optional
         The privacy budget, ``epsilon`` in ``(0, inf)`` and ``delta`` in ``(0, 1)``: the
         recommended way to make the step private. The step calibrates its per-step ``mu`` so
@@ -309,7 +373,11 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     compile_kwargs : dict, optional
         Passed to PyTensor's compile (e.g. ``{"mode": "NUMBA"}``).
     blocked : bool, default True
-        Must be True: the step updates all variables in one release.
+        Must be True. Each step makes one release, the noisy log-likelihood difference for a
+        move of all its variables together, and pays for it once. ``blocked=False`` would make
+        PyMC run one step per variable, one release each: the same data released ``d`` times
+        per draw, ``d`` times the privacy cost, with each release's noise added to the test of
+        a move of one coordinate only. It is refused rather than silently priced so.
 
     Warns
     -----
@@ -356,7 +424,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         proposal_dist: type | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        tune_interval: int = 100,
+        adapt_window: int | None = None,
+        tune_interval: int | None = None,
         epsilon: float | None = None,
         delta: float | None = None,
         plan: RunPlan | None = None,
@@ -379,11 +448,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
     ) -> None:
         model = pm.modelcontext(model)
-        if not blocked:
-            raise ValueError(
-                "`blocked` must be True: PenaltyMetropolis makes one release per step for all "
-                "its variables."
-            )
+        check_blocked(blocked)
+        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
         # Everything about the budget is checked before the model is analysed or compiled
         # and before any ledger exists.
         check_step_arguments(
@@ -395,7 +461,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             neighbours=neighbours,
             clip_mode=clip_mode,
             target_accept=target_accept,
-            tune_interval=tune_interval,
+            tune_interval=adapt_window,
             scaling=scaling,
         )
         budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
@@ -519,7 +585,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             float(scaling),
             adapt if tune else "none",
             float(target_accept),
-            int(tune_interval),
+            adapt_window,
             kind=proposal,
             max_step=np.inf if max_step is None else float(max_step),
         )
@@ -531,7 +597,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 self.clip,
                 n_public,
                 math.inf,
-                max(int(tune_interval) // 2, 1),
+                max(adapt_window // 2, 1),
                 target_fraction=clip_target_fraction(n_public),
                 growth=1,  # short fixed windows; each change of the proposal's metric restarts one
             )

@@ -51,6 +51,7 @@ from pymc_penalty.kernel import (
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity, step_length
+from pymc_penalty.step import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
 
 __all__ = ["DistributedSamplingError", "from_pp_sample", "owner_noise", "sample"]
@@ -194,7 +195,6 @@ def _check_args(
     adapt: str,
     scaling: float,
     target_accept: float,
-    tune_interval: int,
 ) -> None:
     if not _positive_number(clip):
         raise ValueError("`clip` must be a finite positive number, in (0, inf).")
@@ -202,8 +202,6 @@ def _check_args(
         raise ValueError("`scaling` must be a finite positive number, in (0, inf).")
     if not (isinstance(target_accept, int | float) and 0.0 < target_accept < 1.0):
         raise ValueError("`target_accept` must be in (0, 1).")
-    if isinstance(tune_interval, bool) or not isinstance(tune_interval, int) or tune_interval < 1:
-        raise ValueError("`tune_interval` must be a positive integer.")
     if not 0.0 <= float(share) < 1.0:
         raise ValueError("`clip_count_share` must be in [0, 1).")
     if adapt not in ADAPT_MODES:
@@ -229,7 +227,8 @@ def sample(
     scaling: float = 1.0,
     adapt: str = "full",
     target_accept: float = 0.234,
-    tune_interval: int = 100,
+    adapt_window: int | None = None,
+    tune_interval: int | None = None,
     random_seed: int | None = None,
     ledger_path: str | os.PathLike[str] | None = None,
     run: str | None = None,
@@ -267,8 +266,11 @@ def sample(
     cluster : None, str or distributed.Client
         ``None`` starts a ``LocalCluster`` with one worker process per owner; see
         :class:`OwnerPool`.
-    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept, tune_interval
+    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
         As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals).
+    adapt_window, tune_interval
+        As :class:`~pymc_penalty.PenaltyMetropolis` (``tune_interval`` is the deprecated name
+        of ``adapt_window``).
     random_seed : int, optional
         Seed of the proposals and uniforms (drawn from OS entropy when omitted; kept in the
         run journal so that a resumed run replays the same path). The owners' noise never
@@ -304,9 +306,8 @@ def sample(
     model = pm.modelcontext(model)
     budget = PrivacyBudget(float(epsilon), float(delta))
     plan = RunPlan(int(draws), int(tune), int(chains))
-    _check_args(
-        draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept, tune_interval
-    )
+    _check_args(draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept)
+    window = resolve_adapt_window(adapt_window, tune_interval)
     relation = Neighbours.parse(neighbours)
     mode = ClipMode.parse(clip_mode)
     share = float(clip_count_share)
@@ -391,7 +392,7 @@ def sample(
         idata = _run_chains(
             pool, config, journal, header, plan, share, model, value_vars, x_init, S,
             scaling=float(scaling), adapt=adapt, target_accept=float(target_accept),
-            tune_interval=int(tune_interval),
+            adapt_window=window,
         )  # fmt: skip
         extra = _owner_guarantees(pool, idata, budget)
     finally:
@@ -415,7 +416,7 @@ def _run_chains(
     scaling: float,
     adapt: str,
     target_accept: float,
-    tune_interval: int,
+    adapt_window: int,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData."""
     chains, steps = plan.chains, plan.tune + plan.draws
@@ -425,7 +426,7 @@ def _run_chains(
     charged = journal.charged.get(run, set())
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(header["seed"]).spawn(chains)]
     adapters = [
-        ProposalAdapter.create(S, scaling, adapt, target_accept, tune_interval)
+        ProposalAdapter.create(S, scaling, adapt, target_accept, adapt_window)
         for _ in range(chains)
     ]
     prior = _prior_fn(model, value_vars, model.initial_point())
@@ -584,7 +585,15 @@ _CARRIED = (
     "timeout",
 )
 #: ``step_kwargs`` the distributed sampler takes.
-_STEP_KWARGS = ("S", "scaling", "adapt", "target_accept", "tune_interval", "compile_kwargs")
+_STEP_KWARGS = (
+    "S",
+    "scaling",
+    "adapt",
+    "target_accept",
+    "adapt_window",
+    "tune_interval",
+    "compile_kwargs",
+)
 #: pp.sample's own arguments at their defaults (anything else is refused with owners).
 _DEFAULTS = {"warm_start": 0.0, "warm_start_clip": None, "warm_start_steps": 8, "keep_data": False}
 

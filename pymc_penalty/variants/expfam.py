@@ -54,9 +54,11 @@ from pymc_penalty.step import (
     NotPrivateWarning,
     PenaltyMetropolis,
     PenaltyMetropolisState,
+    check_blocked,
     declare_proposal_stat,
+    resolve_adapt_window,
 )
-from pymc_penalty.validation import check_integer, check_model_data, check_real
+from pymc_penalty.validation import check_model_data, check_real
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
@@ -255,8 +257,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Per-step Gaussian-DP parameter; ``xi = (Delta_T / mu)^2``. Give exactly one of
         ``xi`` and ``mu``.
     neighbours : {"substitute", "add_remove"}, default "substitute"
-    S, scaling, tune, tune_interval, adapt, target_accept, reproducible_noise, ledger, model,
-    rng, initial_point, compile_kwargs, blocked, vars :
+    S, scaling, tune, adapt_window, tune_interval, adapt, target_accept, reproducible_noise,
+    ledger, model, rng, initial_point, compile_kwargs, blocked, vars :
         As in :class:`pymc_penalty.PenaltyMetropolis`.
     """
 
@@ -279,7 +281,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         S: np.ndarray | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        tune_interval: int = 100,
+        adapt_window: int | None = None,
+        tune_interval: int | None = None,
         adapt: str = "full",
         target_accept: float = 0.234,
         reproducible_noise: bool = False,
@@ -291,8 +294,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
     ) -> None:
         model = pm.modelcontext(model)
-        if not blocked:
-            raise ValueError("`blocked` must be True: one release per step for all variables.")
+        check_blocked(blocked)
+        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
         if family is not None and family not in FAMILIES:
             raise ValueError(
                 f"`family` must be one of {sorted(FAMILIES)}; got {family!r}. Use "
@@ -304,7 +307,6 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             if val is not None:
                 check_real(arg, val, low=0.0, low_open=True)
         check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_integer("tune_interval", tune_interval, low=1)
         if data_bound is not None:
             check_real("data_bound", data_bound, low=0.0, low_open=True)
         if adapt not in ADAPT_MODES:
@@ -346,7 +348,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 self._check_declared(model, obs, vars, initial_point)
             self._finish_init(model, vars, initial_point, xi, mu, reproducible_noise, ledger)
             self._init_proposal(
-                initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+                initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
             )
             super().__init__(vars, shared={}, blocked=True, rng=rng)
             return
@@ -440,7 +442,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         (varying,) = model.replace_rvs_by_values([varying])
         self._compile_params(model, vars, initial_point, [varying], compile_kwargs)
         self._init_proposal(
-            initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+            initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
         )
         super().__init__(vars, shared={}, blocked=True, rng=rng)
 
@@ -538,14 +540,14 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self.ledger = ledger
 
     def _init_proposal(
-        self, initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+        self, initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
     ) -> None:
         """The adaptive random-walk proposal and the data-free cache."""
         size = sum(initial_point[v.name].size for v in vars)
         S = np.ones(size) if S is None else np.asarray(S, dtype=np.float64)
         self.tune = bool(tune)
         self.adapter = ProposalAdapter.create(
-            S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
+            S, float(scaling), adapt if tune else "none", float(target_accept), int(adapt_window)
         )
         self._untuned_adapter = deepcopy(self.adapter)
         declare_proposal_stat(self, size)
