@@ -29,6 +29,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+# The split of a step's mu between its two releases is composition: it lives in the accountant
+# (re-exported here, where it used to be).
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu
+
 __all__ = [
     "INFO_STATS",
     "PenaltyDecision",
@@ -118,53 +122,6 @@ def penalty_decision(log_ratio: float, log_u: float) -> PenaltyDecision:
     """
     accept_prob = math.exp(min(0.0, log_ratio))
     return PenaltyDecision(log_ratio, accept_prob, bool(log_u < log_ratio))
-
-
-def split_step_mu(step_mu: float, count_share: float) -> tuple[float, float]:
-    """Split one step's Gaussian-DP ``mu`` between the likelihood release and the clip count.
-
-    Each step releases two Gaussian mechanisms: the clipped log-likelihood difference and
-    (optionally) the number of clipped datapoints. Their composition is ``mu``-GDP with
-    ``mu^2 = mu_ll^2 + mu_count^2``; ``count_share`` is the share of ``mu^2`` given to the
-    count.
-
-    Parameters
-    ----------
-    step_mu : float
-        Total per-step ``mu``.
-    count_share : float
-        Share in ``[0, 1)`` of ``step_mu^2`` spent on the clip count.
-
-    Returns
-    -------
-    tuple of float
-        ``(mu_ll, mu_count)``.
-    """
-    return step_mu * np.sqrt(1.0 - count_share), step_mu * np.sqrt(count_share)
-
-
-def clip_count_noise_sd(mu_ll: float, count_share: float) -> float:
-    """Noise sd for the clip count so that it takes ``count_share`` of the step's ``mu^2``.
-
-    The number of clipped datapoints changes by at most one between neighbouring datasets
-    (both relations), so its sensitivity is 1 and its ``mu`` is ``1 / sd``.
-
-    Parameters
-    ----------
-    mu_ll : float
-        ``mu`` of the likelihood release of this step.
-    count_share : float
-        Share in ``(0, 1)`` of the step's total ``mu^2`` for the count.
-
-    Returns
-    -------
-    float
-        The count's noise standard deviation (``inf`` when ``mu_ll`` is zero).
-    """
-    mu_count_sq = mu_ll**2 * count_share / (1.0 - count_share)
-    if mu_count_sq <= 0.0:
-        return np.inf
-    return float(1.0 / np.sqrt(mu_count_sq))
 
 
 # --- the transition ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalPropo
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
 from pymc_penalty.adaptation import (
     ADAPT_MODES,
     PROPOSAL_KINDS,
@@ -37,9 +38,7 @@ from pymc_penalty.kernel import (
     PenaltyState,
     Release,
     StepNoise,
-    clip_count_noise_sd,
     info_stats,
-    split_step_mu,
     stats_dtypes_shapes,
     transition,
 )
@@ -638,7 +637,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             return bound, delta, sigma, math.inf, math.inf
         mu_ll = delta / sigma
         count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
-        return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
+        return bound, delta, sigma, count_sd, step_mu_of_release(mu_ll, share)
 
     def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
         """The step's noise (public inputs only), its release function (the one part a variant

@@ -35,6 +35,7 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
+from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
 from pymc_penalty.api import _finalize, _step_report
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
@@ -45,7 +46,6 @@ from pymc_penalty.kernel import (
     Release,
     StepNoise,
     info_stats,
-    split_step_mu,
     transition,
 )
 from pymc_penalty.ledger import PrivacyLedger

@@ -31,13 +31,8 @@ from typing import Any
 import numpy as np
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
-from pymc_penalty.kernel import (
-    PenaltyState,
-    Release,
-    StepNoise,
-    clip_count_noise_sd,
-    split_step_mu,
-)
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
+from pymc_penalty.kernel import PenaltyState, Release, StepNoise
 from pymc_penalty.sensitivity import clip_bound, l2_sensitivity
 from pymc_penalty.step import PenaltyMetropolis
 
@@ -179,7 +174,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
                 count_sd = np.array([clip_count_noise_sd(m, share) for m in mu_ll])
             else:
                 count_sd = np.full(n_own, math.inf)
-            mu_owners = mu_ll / math.sqrt(1.0 - share)
+            mu_owners = step_mu_of_release(mu_ll, share)
         # The outsider sees the sums: the likelihood release and the count release, each
         # under all owners' noise, composed.
         mu_ll_out = 0.0 if delta == 0.0 else delta / math.sqrt(float(np.sum(sigmas**2)))
