@@ -267,10 +267,18 @@ def stats_dtypes_shapes() -> dict[str, tuple[Any, list]]:
     return {name: (dtype, []) for name, dtype in INFO_STATS.values()}
 
 
+#: Statistic names of PenaltyInfo's leading fields, in order, for :func:`info_stats` (a KeyError
+#: at import if a field is added among them without a statistic).
+_STAT_FIELDS = len(INFO_STATS)
+_STAT_NAMES = tuple(INFO_STATS[f][0] for f in PenaltyInfo._fields[:_STAT_FIELDS])
+
+
 def info_stats(info: PenaltyInfo) -> dict[str, Any]:
     """The sample statistics of one transition (the one place they are named)."""
-    stats = {name: dtype(getattr(info, field)) for field, (name, dtype) in INFO_STATS.items()}
-    stats.update(info.party_mu)
+    stats = dict(zip(_STAT_NAMES, info[:_STAT_FIELDS], strict=True))
+    stats["accepted"] = float(info.accepted)  # bool in the info, float64 in the trace
+    if info.party_mu:
+        stats.update(info.party_mu)
     return stats
 
 

@@ -648,7 +648,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         def release(state: PenaltyState, x1: np.ndarray) -> Release:
             return self._release_sum(state, x1, bound, sigma, count_sd)
 
-        return StepNoise.from_sd(delta, sigma, step_mu), release, count_sd
+        return StepNoise(delta, sigma, sigma**2, step_mu), release, count_sd
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """Draw a proposal in the input dtype; return it with the length its bound scales by.
