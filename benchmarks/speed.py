@@ -462,7 +462,6 @@ def _instrument(step, timer: PartTimer) -> None:
     step._lik._fn = timer.wrap("likelihood", step._lik._fn)
     step._propose = timer.wrap("proposal", step._propose)
     step._sensitivity_and_noise = timer.wrap("proposal", step._sensitivity_and_noise)
-    step._decide = timer.wrap("accounting", step._decide)
     step._noise = timer.wrap("accounting", noise)
     step.ledger = type("TimedLedger", (), {})()
     step.ledger.try_spend = timer.wrap("accounting", ledger.try_spend)
@@ -477,8 +476,6 @@ def _stub_parts(step, outputs: dict[str, Any]) -> None:
     step.ledger = type("Ledger", (), {"try_spend": staticmethod(lambda mu2: True)})()
     zero = type("Noise", (), {"standard_normal": staticmethod(lambda: 0.0)})()
     step._noise = lambda: zero
-    lik = step._lik
-    step._decide = lambda x0, *args: (lik.commit(False), (x0, outputs["decision"]))[1]
 
 
 def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, Any]:
@@ -493,10 +490,11 @@ def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, 
     - in the chain, by timing calls in place during ``pm.sample`` runs of an instrumented
       instance: ``likelihood`` (the compiled call), ``proposal`` (``step._propose``: draw and
       step length, and the noise scale), ``accounting`` (``ledger.try_spend``, getting the
-      noise generator, the two noise draws and the accept decision, ``step._decide``);
+      noise generator and the two noise draws);
     - ``step_bookkeeping``: ``step.step`` with those parts replaced by constant stubs: PyMC's
       ``ArrayStepShared.step`` (point to raveled vector and back) and the rest of ``astep``
-      (stats, cache key, casts around the compiled call);
+      (the transition of :mod:`pymc_penalty.kernel` with its accept test, stats, cache key,
+      casts around the compiled call);
     - ``sampler_loop``: ``pm.sample`` per draw with ``step.step`` replaced by a stub that
       returns the point and stats unchanged (``trace.record``, ``log_warning_stats``, the
       timing callback, the generator).
@@ -551,15 +549,13 @@ def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, 
     x0 = DictToArrayBijection.map(point).data
     x1, length = probe._propose(x0)
     sensitivity = probe._sensitivity_and_noise(length)
-    bound, _, sigma, _, _ = sensitivity
-    clipped_sum, _, logprior1 = probe._lik.propose(x1, bound)
+    bound = sensitivity[0]
     fn_out = probe._lik._fn(x1, np.asarray(bound))
-    _, decision = probe._decide(x0, x1, logprior1, clipped_sum, sigma**2)
 
     stub.step(point)  # fills the cache before the stubs replace the likelihood
     _stub_parts(
         stub,
-        {"fn": fn_out, "propose": (x1, length), "sensitivity": sensitivity, "decision": decision},
+        {"fn": fn_out, "propose": (x1, length), "sensitivity": sensitivity},
     )
     loop_stub.step = lambda p: (p, stats)
     stub_point = {"p": point}

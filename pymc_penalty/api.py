@@ -17,6 +17,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
+from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
@@ -291,7 +292,7 @@ def _forecast_before_spending(
     if step.neighbours is not Neighbours.SUBSTITUTE or step.mu is None:
         return {}
     d = int(sum(np.size(v) for v in model.initial_point().values()))
-    kept_mu2 = step.mu**2 * plan.draws * plan.chains * (1.0 - step.clip_count_share)
+    kept_mu2 = likelihood_mu2(step.mu, plan.draws * plan.chains, step.clip_count_share)
     forecast = forecast_run(
         math.sqrt(kept_mu2),
         budget_mu=budget.mu,
@@ -412,7 +413,9 @@ def sample(
         args = dict(locals(), **pm_sample_kwargs)
         from pymc_penalty.distributed.sampler import from_pp_sample
 
-        return from_pp_sample({k: v for k, v in args.items() if k != "pm_sample_kwargs"})
+        # `backend` is the default one here (backend='jax' with owners was refused above).
+        skip = ("pm_sample_kwargs", "backend")
+        return from_pp_sample({k: v for k, v in args.items() if k not in skip})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(
             "`return_inferencedata` must be True: the privacy report lives in InferenceData."

@@ -60,6 +60,19 @@ from pymc_penalty._audit_engine import (
 from pymc_penalty._audit_stats import epsilon_lower_bound, gaussian_mu_estimate
 from pymc_penalty.step import NotPrivateWarning
 
+# The public names defined in the private modules are documented here, under this module.
+for _public in (
+    AuditResult,
+    OutputAudit,
+    add_record,
+    audit_releases,
+    substitute_record,
+    epsilon_lower_bound,
+    gaussian_mu_estimate,
+):
+    _public.__module__ = __name__
+del _public
+
 __all__ = [
     "AuditResult",
     "OutputAudit",

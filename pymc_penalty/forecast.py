@@ -44,6 +44,7 @@ from scipy.special import ndtr
 
 from pymc_penalty.accounting import gdp_epsilon, gdp_mu
 from pymc_penalty.accounting._validation import _integer, _real
+from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.sensitivity import Neighbours
 
 __all__ = ["UtilityForecast", "UtilityWarning", "forecast_run", "forecast_utility"]
@@ -192,7 +193,7 @@ def forecast_utility(
     mu = gdp_mu(epsilon=epsilon, delta=delta)
     kept = draws / (draws + tune)
     return forecast_run(
-        mu * math.sqrt(kept * (1.0 - share)),
+        math.sqrt(likelihood_mu2(mu, kept, share)),
         budget_mu=mu,
         delta=delta,
         n=n,

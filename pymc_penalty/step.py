@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import field
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalPropo
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
 from pymc_penalty.adaptation import (
     ADAPT_MODES,
     PROPOSAL_KINDS,
@@ -34,11 +36,12 @@ from pymc_penalty.adaptation import (
 )
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
-    PenaltyDecision,
-    clip_count_noise_sd,
-    penalised_log_ratio,
-    penalty_decision,
-    split_step_mu,
+    PenaltyState,
+    Release,
+    StepNoise,
+    info_stats,
+    stats_dtypes_shapes,
+    transition,
 )
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
@@ -51,7 +54,12 @@ from pymc_penalty.sensitivity import (
     l2_sensitivity,
     step_length,
 )
-from pymc_penalty.validation import check_model_data, check_step_arguments
+from pymc_penalty.validation import (
+    InvalidArgumentError,
+    check_integer,
+    check_model_data,
+    check_step_arguments,
+)
 
 __all__ = [
     "DEFAULT_PLAN",
@@ -148,6 +156,60 @@ def _parse_budget(
     return budget, plan
 
 
+def check_blocked(blocked: Any) -> None:
+    """Refuse ``blocked=False`` with the reason (one release per step for all variables).
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    if not blocked:
+        raise InvalidArgumentError(
+            "`blocked` must be True: a penalty step makes one private release per step, for a "
+            "move of all its variables together. With blocked=False PyMC would run one step "
+            "per variable, each a release of the same data: that many times the privacy cost "
+            "per draw. Sample all free variables with one penalty step."
+        )
+
+
+#: Default length of the first covariance-adaptation window (``adapt_window``).
+DEFAULT_ADAPT_WINDOW = 100
+
+
+def resolve_adapt_window(adapt_window: Any, tune_interval: Any) -> int:
+    """The adaptation window from ``adapt_window`` or its deprecated name ``tune_interval``.
+
+    In ``pm.Metropolis``, ``tune_interval`` is the number of steps between updates of the
+    scaling; in the penalty steps it has always been the length of the first
+    covariance-adaptation window (windows then double, and the scaling adapts every step),
+    so it is renamed ``adapt_window``. ``tune_interval`` still works, with a
+    ``FutureWarning``, and means what it meant.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Both given, or the value given is not an integer >= 1 (naming the argument).
+    """
+    if tune_interval is None:
+        return check_integer(
+            "adapt_window", DEFAULT_ADAPT_WINDOW if adapt_window is None else adapt_window, low=1
+        )
+    if adapt_window is not None:
+        raise InvalidArgumentError(
+            "Give `adapt_window` only: `tune_interval` is its deprecated name."
+        )
+    window = check_integer("tune_interval", tune_interval, low=1)
+    warnings.warn(
+        "`tune_interval` is renamed `adapt_window` (the length of the first covariance-"
+        "adaptation window; windows then double, and the scaling adapts every step). In "
+        "pm.Metropolis `tune_interval` means the steps between scaling updates, which is not "
+        "what it does here. It will be removed in a future release.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return window
+
+
 def _check_budget_ledger(ledger: Any, budget: PrivacyBudget) -> None:
     """A ledger passed with a budget must enforce at most that budget."""
     if not all(hasattr(ledger, name) for name in ("budget_mu", "budget_mu2", "remaining_mu2")):
@@ -239,8 +301,13 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Initial global scale factor of the proposal.
     tune : bool, default True
         Adapt the proposal during tuning (from released outcomes only: no privacy cost).
-    tune_interval : int, default 100
-        Length of the first covariance-adaptation window; windows double afterwards.
+    adapt_window : int, default 100
+        Length of the first covariance-adaptation window; windows double afterwards (the
+        scaling adapts at every tuning step). With ``clip="auto"`` the clip is re-estimated
+        every ``adapt_window // 2`` tuning steps.
+    tune_interval : int, optional
+        Deprecated name of ``adapt_window`` (``FutureWarning``). It is not ``pm.Metropolis``'s
+        ``tune_interval`` (steps between scaling updates).
     epsilon, delta : float, optional
         The privacy budget, ``epsilon`` in ``(0, inf)`` and ``delta`` in ``(0, 1)``: the
         recommended way to make the step private. The step calibrates its per-step ``mu`` so
@@ -308,7 +375,11 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     compile_kwargs : dict, optional
         Passed to PyTensor's compile (e.g. ``{"mode": "NUMBA"}``).
     blocked : bool, default True
-        Must be True: the step updates all variables in one release.
+        Must be True. Each step makes one release, the noisy log-likelihood difference for a
+        move of all its variables together, and pays for it once. ``blocked=False`` would make
+        PyMC run one step per variable, one release each: the same data released ``d`` times
+        per draw, ``d`` times the privacy cost, with each release's noise added to the test of
+        a move of one coordinate only. It is refused rather than silently priced so.
 
     Warns
     -----
@@ -337,15 +408,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     name = "penalty_metropolis"
     default_blocked = True
     stats_dtypes_shapes = {
-        "accept": (np.float64, []),
-        "accepted": (bool, []),
+        **stats_dtypes_shapes(),  # the transition's (pymc_penalty.kernel.INFO_STATS)
         "scaling": (np.float64, []),
-        "dp_noise_sd": (np.float64, []),
-        "dp_sensitivity": (np.float64, []),
-        "dp_mu": (np.float64, []),
-        "dp_clipped_fraction": (np.float64, []),
-        "dp_clipped_count": (np.float64, []),
-        "dp_released": (bool, []),
         # The step's proposal in the raveled, unconstrained space (its length is set per
         # instance by `declare_proposal_stat`): data-independent, for waste recycling.
         PROPOSAL_STAT: (object, [None]),
@@ -362,7 +426,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         proposal_dist: type | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        tune_interval: int = 100,
+        adapt_window: int | None = None,
+        tune_interval: int | None = None,
         epsilon: float | None = None,
         delta: float | None = None,
         plan: RunPlan | None = None,
@@ -385,11 +450,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
     ) -> None:
         model = pm.modelcontext(model)
-        if not blocked:
-            raise ValueError(
-                "`blocked` must be True: PenaltyMetropolis makes one release per step for all "
-                "its variables."
-            )
+        check_blocked(blocked)
+        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
         # Everything about the budget is checked before the model is analysed or compiled
         # and before any ledger exists.
         check_step_arguments(
@@ -401,7 +463,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             neighbours=neighbours,
             clip_mode=clip_mode,
             target_accept=target_accept,
-            tune_interval=tune_interval,
+            tune_interval=adapt_window,
             scaling=scaling,
         )
         budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
@@ -530,7 +592,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             float(scaling),
             adapt if tune else "none",
             float(target_accept),
-            int(tune_interval),
+            adapt_window,
             kind=proposal,
             max_step=np.inf if max_step is None else float(max_step),
         )
@@ -542,7 +604,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 self.clip,
                 n_public,
                 math.inf,
-                max(int(tune_interval) // 2, 1),
+                max(adapt_window // 2, 1),
                 target_fraction=clip_target_fraction(n_public),
                 growth=1,  # short fixed windows; each change of the proposal's metric restarts one
             )
@@ -553,8 +615,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments
         )
-        self._cache_key: bytes | None = None  # the state whose vector self._lik holds
-        self._cache_logprior = 0.0
         self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)
@@ -562,10 +622,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             declare_clip_stat(self)
 
     # --- the step ------------------------------------------------------------------------
-
-    def _refresh_cache(self, x: np.ndarray, key: bytes) -> None:
-        self._cache_logprior = self._lik.reset(x, self._n)
-        self._cache_key = key
 
     def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
         """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu)."""
@@ -582,7 +638,18 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             return bound, delta, sigma, math.inf, math.inf
         mu_ll = delta / sigma
         count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
-        return bound, delta, sigma, count_sd, mu_ll / math.sqrt(1.0 - share)
+        return bound, delta, sigma, count_sd, step_mu_of_release(mu_ll, share)
+
+    def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
+        """The step's noise (public inputs only), its release function (the one part a variant
+        replaces: here one owner's clipped sum) and the clip count's noise sd, which the clip
+        adaptation reads (None: the count does not tune the clip)."""
+        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
+
+        def release(state: PenaltyState, x1: np.ndarray) -> Release:
+            return self._release_sum(state, x1, bound, sigma, count_sd)
+
+        return StepNoise(delta, sigma, sigma**2, step_mu), release, count_sd
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """Draw a proposal in the input dtype; return it with the length its bound scales by.
@@ -598,31 +665,39 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         diff = np.asarray(x1, dtype=np.float64) - x0
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
 
-    def _decide(
-        self,
-        x0: np.ndarray,
-        x1: np.ndarray,
-        logprior1: float,
-        d_hat: float,
-        noise_var: float,
-    ) -> tuple[np.ndarray, PenaltyDecision]:
-        """Penalised test on a release; update the cache, the proposal and its adaptation."""
-        log_ratio = penalised_log_ratio(
-            d_hat, noise_var, logprior1 - self._cache_logprior, penalty=self._apply_penalty
-        )
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        self._lik.commit(decision.accepted)
-        if decision.accepted:
-            self._cache_key = x1.tobytes()
-            self._cache_logprior = logprior1
-            x_new = x1
+    def _current(self, x0: np.ndarray) -> tuple[PenaltyState, bool]:
+        """The state at ``x0`` from the cache, and whether the cache must be rebuilt first."""
+        stale = not self._lik.holds(x0)
+        if stale:
+            self._lik.check_layout()  # shapes only: before anything is spent
+        logprior = math.nan if stale else self._lik.current_logprior
+        return PenaltyState(x0, logprior), stale
+
+    def _evaluate(self, state: PenaltyState, x1: np.ndarray, bound: float) -> tuple:
+        """After the budget is committed: (current state, proposal state, clipped sums,
+        clipped counts), rebuilding the cache of the current point first when it is stale
+        (a refused step must not evaluate the likelihood)."""
+        if not self._lik.holds(state.position):
+            state = PenaltyState(state.position, self._lik.reset(state.position, self._n))
+        sums, n_clipped, logprior1 = self._lik.propose(x1, bound)
+        return state, PenaltyState(x1, logprior1), sums, n_clipped
+
+    def _release_sum(
+        self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
+    ) -> Release:
+        """Release the clipped sum (and the clip count) with this step's noise."""
+        state, proposal, clipped_sum, n_clipped = self._evaluate(state, x1, bound)
+        noise = self._noise()
+        d_hat = clipped_sum + sigma * noise.standard_normal()
+        if not self.private:
+            clipped_count = float(n_clipped)
+        elif math.isfinite(count_sd):
+            clipped_count = n_clipped + count_sd * noise.standard_normal()
         else:
-            x_new = x0
-        self.adapter.after_decision(decision.accepted)
-        if self.tune:
-            self._pending_tuning = (x_new.copy(), decision.accept_prob, decision.accepted, None)
-        return x_new, decision
+            clipped_count = math.nan
+        del n_clipped, clipped_sum  # exact values: never to leave this function
+        fraction = self._public_fraction(clipped_count, self._n)
+        return Release(d_hat, proposal, float(clipped_count), float(fraction), state)
 
     def _apply_pending_tuning(self) -> None:
         """Adapt the proposal (and a found clip) to the previous step's released outcome."""
@@ -634,57 +709,36 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if count is not None and self.clip_adapter is not None:
             self._adapt_clip(*count)
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised Metropolis step in the raveled parameter space."""
-        x0 = q0.data
-        adapter = self.adapter
-        x1, length = self._propose(x0)
-        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
-        stats = {
-            "scaling": adapter.scaling,
-            "dp_noise_sd": sigma,
-            "dp_sensitivity": delta,
-            "dp_mu": step_mu,
-            PROPOSAL_STAT: x1.copy(),
-        }
+    def _step_stats(self, x1: np.ndarray) -> dict[str, Any]:
+        """The statistics of the proposal and the tuning, known before anything is released."""
+        stats = {"scaling": self.adapter.scaling, PROPOSAL_STAT: x1.copy()}
         if self.clip_auto:
             stats[CLIP_STAT] = self.clip
+        return stats
 
-        key = x0.tobytes()
-        if self._cache_key != key:
-            self._lik.check_layout()  # shapes only: before anything is spent
-        if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
-            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
-            stats.update(dp_clipped_count=np.nan, dp_released=False, dp_mu=0.0)
-            return q0, [stats]
-
-        # The budget for this release is committed: the data may be touched now (the cache of
-        # the current state's vector too: a refused step must not evaluate the likelihood).
-        if self._cache_key != key:
-            self._refresh_cache(x0, key)
-        clipped_sum, n_clipped, logprior1 = self._lik.propose(x1, bound)
-        noise = self._noise()
-        d_hat = clipped_sum + sigma * noise.standard_normal()
-        if not self.private:
-            clipped_count = float(n_clipped)
-        elif math.isfinite(count_sd):
-            clipped_count = n_clipped + count_sd * noise.standard_normal()
-        else:
-            clipped_count = math.nan
-        del n_clipped, clipped_sum  # exact values: never to leave this function
-        clipped_fraction = self._public_fraction(clipped_count, self._n)
-
-        x_new, decision = self._decide(x0, x1, logprior1, d_hat, sigma**2)
-        if self._pending_tuning is not None and self.clip_adapter is not None:
-            self._pending_tuning = (*self._pending_tuning[:3], (clipped_count, count_sd))
-        stats.update(
-            accept=decision.accept_prob,
-            accepted=decision.accepted,
-            dp_clipped_fraction=float(clipped_fraction),
-            dp_clipped_count=float(clipped_count),
-            dp_released=True,
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One penalised Metropolis step in the raveled parameter space (see
+        :func:`pymc_penalty.kernel.transition`)."""
+        x0 = q0.data
+        x1, length = self._propose(x0)
+        noise, release, count_sd = self._step_noise(length)
+        stats = self._step_stats(x1)
+        state, _ = self._current(x0)
+        charge = None if self.ledger is None else self.ledger.try_spend
+        new, info = transition(
+            self.rng, state, x1, noise, release, charge=charge, penalty=self._apply_penalty
         )
-        return RaveledVars(x_new, q0.point_map_info), [stats]
+        stats.update(info_stats(info))
+        if not info.released:
+            return q0, [stats]
+        self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
+        self.adapter.after_decision(info.accepted)
+        if self.tune:
+            count = None
+            if self.clip_adapter is not None and count_sd is not None:
+                count = (info.clipped_count, count_sd)
+            self._pending_tuning = (new.position.copy(), info.accept, info.accepted, count)
+        return RaveledVars(new.position, q0.point_map_info), [stats]
 
     def _adapt_clip(self, clipped_count: float, count_sd: float) -> None:
         """Tuning: move the clip from the released (noisy) count, then follow the proposal's

@@ -60,6 +60,23 @@ def test_step_mu_split_and_count_noise_compose_to_the_step_mu():
     assert clip_count_noise_sd(0.0, 0.05) == math.inf
 
 
+def test_within_step_composition_lives_in_the_accountant():
+    """The step's mu from its likelihood release's, and the kept releases' mu^2, checked
+    against the two releases composed one by one (mu^2 adds up under GDP composition)."""
+    from pymc_penalty.accounting.gdp import compose_mu2, likelihood_mu2, step_mu_of_release
+
+    for mu, share in [(0.2, 0.05), (1.3, 0.0), (0.7, 0.4)]:
+        mu_ll, mu_count = split_step_mu(mu, share)
+        assert step_mu_of_release(mu_ll, share) == pytest.approx(mu, rel=1e-12)
+        owners = step_mu_of_release(np.array([mu_ll, 2 * mu_ll]), share)
+        np.testing.assert_allclose(owners, [mu, 2 * mu], rtol=1e-12)
+        # 7 steps: the likelihood releases alone, composed one by one.
+        assert likelihood_mu2(mu, 7, share) == pytest.approx(compose_mu2([mu_ll] * 7), rel=1e-12)
+        # Must differ when the count takes a share: the count's releases are not kept draws.
+        if share > 0:
+            assert likelihood_mu2(mu, 7, share) < compose_mu2([mu] * 7) * (1 - share / 2)
+
+
 def test_sensitivity():
     assert clip_bound(2.0, ClipMode.DISTANCE, 0.5) == 1.0
     assert clip_bound(2.0, ClipMode.CONSTANT, 0.5) == 2.0

@@ -59,15 +59,15 @@ def test_three_owners_target_the_exact_posterior():
 
 def test_checks_have_power_with_a_single_owner_penalty(monkeypatch):
     """Subtracting only sigma^2/2 (one owner's share) instead of N sigma^2/2 must be caught."""
-    import pymc_penalty.step as step_mod
+    import pymc_penalty.kernel as kernel_mod
 
-    original = step_mod.penalised_log_ratio
+    original = kernel_mod.penalised_log_ratio
 
     def one_owner_penalty(d_hat, noise_var, log_prior_ratio, **kwargs):
         return original(d_hat, noise_var / 3.0, log_prior_ratio, **kwargs)
 
-    # The owners step shares the parent's decision code, which calls this function.
-    monkeypatch.setattr(step_mod, "penalised_log_ratio", one_owner_penalty)
+    # Every step shares the one transition (pymc_penalty.kernel), which calls this function.
+    monkeypatch.setattr(kernel_mod, "penalised_log_ratio", one_owner_penalty)
     idata, post = run_owners(1.2, seed=302, draws=12000)
     ok, msg = posterior_check(idata.posterior["m"].values, post.cdf, post.mean())
     assert not ok, f"a chain with a single owner's penalty passed the exactness checks: {msg}"
@@ -89,7 +89,7 @@ def test_same_owner_for_all_data_matches_the_parent_release():
     # The NumPy segment sum equals the compiled clipped sum.
     ll0, _ = multi._lik.initial(x0, sum(SIZES))
     ll1, _, _, _ = multi._lik.evaluate(np.array([2.0]), ll0, np.inf)
-    multi._refresh_cache(x0, x0.tobytes())
+    multi._lik.reset(x0, sum(SIZES))
     clipped_sum, n_clipped, _ = multi._lik.propose(np.array([2.0]), 0.3)
     ratio = ll1 - ll0
     seg = np.bincount(multi.owners, weights=np.clip(ratio, -0.3, 0.3), minlength=1)

@@ -70,3 +70,47 @@ def test_scaling_comes_back_exactly():
     with _model():
         step = PenaltyMetropolis(noise_sd=1.0, scaling=0.1)
     assert step.adapter.scaling == 0.1
+
+
+def test_accepted_is_float64_as_in_pm_metropolis():
+    """PyMC 5.28's Metropolis records ``accepted`` as float64 (the mean over its blocks)."""
+    from pymc_penalty.variants import ExpFamPenaltyMetropolis, MultiOwnerPenaltyMetropolis
+
+    expected = pm.Metropolis.stats_dtypes_shapes["accepted"]
+    assert expected[0] is np.float64
+    for cls in (PenaltyMetropolis, MultiOwnerPenaltyMetropolis, ExpFamPenaltyMetropolis):
+        assert cls.stats_dtypes_shapes["accepted"] == expected
+    with _model():
+        step = PenaltyMetropolis(noise_sd=1.0)
+        idata = pm.sample(
+            draws=40, tune=0, chains=1, step=step, random_seed=3, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    accepted = idata.sample_stats["accepted"].values
+    assert accepted.dtype == np.float64
+    assert set(np.unique(accepted)) <= {0.0, 1.0} and 0.0 < accepted.mean() < 1.0
+
+
+def test_tune_interval_is_a_deprecated_name_of_adapt_window():
+    """``tune_interval`` means something else in pm.Metropolis (steps between scaling
+    updates): the window length is ``adapt_window``; the old name still works, warned."""
+    with _model():
+        new = PenaltyMetropolis(noise_sd=1.0, adapt_window=37)
+        with pytest.warns(FutureWarning, match="`tune_interval` is renamed `adapt_window`"):
+            old = PenaltyMetropolis(noise_sd=1.0, tune_interval=37)
+        default = PenaltyMetropolis(noise_sd=1.0)
+        assert new.adapter.window == old.adapter.window == 37
+        assert default.adapter.window == 100
+        with pytest.raises(ValueError, match="Give `adapt_window` only"):
+            PenaltyMetropolis(noise_sd=1.0, adapt_window=37, tune_interval=37)
+        with pytest.raises(ValueError, match="`adapt_window` must be an integer >= 1"):
+            PenaltyMetropolis(noise_sd=1.0, adapt_window=0)
+        with pytest.raises(ValueError, match="`tune_interval` must be an integer >= 1"):
+            PenaltyMetropolis(noise_sd=1.0, tune_interval=2.5)
+
+
+def test_blocked_false_is_refused_with_the_reason():
+    with _model():
+        with pytest.raises(ValueError, match="one private release per step") as err:
+            PenaltyMetropolis(noise_sd=1.0, blocked=False)
+    assert "privacy cost" in str(err.value)

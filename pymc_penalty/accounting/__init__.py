@@ -65,12 +65,16 @@ from pymc_penalty.accounting.events import (
 )
 from pymc_penalty.accounting.gdp import (
     DegenerateDeltaWarning,
+    clip_count_noise_sd,
     compose_mu,
     compose_mu2,
     composed_epsilon,
     gdp_delta,
     gdp_epsilon,
     gdp_mu,
+    likelihood_mu2,
+    split_step_mu,
+    step_mu_of_release,
 )
 from pymc_penalty.accounting.theorem1 import Theorem1Schedule, theorem1_schedule
 
@@ -85,6 +89,7 @@ __all__ = [
     "advanced_composition",
     "calibrate_step_mu",
     "classical_gaussian_epsilon",
+    "clip_count_noise_sd",
     "compose_mu",
     "compose_mu2",
     "composed_epsilon",
@@ -94,8 +99,11 @@ __all__ = [
     "gdp_epsilon",
     "gdp_mu",
     "iterations_allowed",
+    "likelihood_mu2",
     "plan_releases",
     "rdp_epsilon",
+    "split_step_mu",
+    "step_mu_of_release",
     "theorem1_schedule",
     "zcdp_epsilon",
     "zcdp_rho",

@@ -18,8 +18,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from pymc_penalty.accounting._validation import _integer, _real
-from pymc_penalty.accounting.gdp import _gdp_mu
-from pymc_penalty.kernel import split_step_mu
+from pymc_penalty.accounting.gdp import _gdp_mu, split_step_mu
 from pymc_penalty.sensitivity import ClipMode, Neighbours
 from pymc_penalty.validation import InvalidArgumentError, check_clip, check_share
 

@@ -28,12 +28,16 @@ from pymc_penalty.validation import InvalidArgumentError
 
 __all__ = [
     "DegenerateDeltaWarning",
+    "clip_count_noise_sd",
     "compose_mu",
     "compose_mu2",
     "composed_epsilon",
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
+    "likelihood_mu2",
+    "split_step_mu",
+    "step_mu_of_release",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -347,3 +351,98 @@ def compose_mu(mus: Iterable[float] | np.ndarray) -> float:
     if not np.all(np.isfinite(arr)):
         raise ValueError("mus must contain only finite real numbers in [0, inf)")
     return math.sqrt(compose_mu2(arr))
+
+
+# --- within one step: the likelihood release and the clip count ------------------------------
+#
+# Each private step makes two Gaussian releases, the clipped log-likelihood difference and the
+# number of clipped datapoints (sensitivity 1), composed to one step mu with
+# ``mu^2 = mu_ll^2 + mu_count^2``; ``count_share`` is the count's share of ``mu^2``.
+
+
+def split_step_mu(step_mu: float, count_share: float) -> tuple[float, float]:
+    """Split one step's Gaussian-DP ``mu`` between the likelihood release and the clip count.
+
+    Each step releases two Gaussian mechanisms: the clipped log-likelihood difference and
+    (optionally) the number of clipped datapoints. Their composition is ``mu``-GDP with
+    ``mu^2 = mu_ll^2 + mu_count^2``; ``count_share`` is the share of ``mu^2`` given to the
+    count.
+
+    Parameters
+    ----------
+    step_mu : float
+        Total per-step ``mu``.
+    count_share : float
+        Share in ``[0, 1)`` of ``step_mu^2`` spent on the clip count.
+
+    Returns
+    -------
+    tuple of float
+        ``(mu_ll, mu_count)``.
+    """
+    return step_mu * np.sqrt(1.0 - count_share), step_mu * np.sqrt(count_share)
+
+
+def clip_count_noise_sd(mu_ll: float, count_share: float) -> float:
+    """Noise sd for the clip count so that it takes ``count_share`` of the step's ``mu^2``.
+
+    The number of clipped datapoints changes by at most one between neighbouring datasets
+    (both relations), so its sensitivity is 1 and its ``mu`` is ``1 / sd``.
+
+    Parameters
+    ----------
+    mu_ll : float
+        ``mu`` of the likelihood release of this step.
+    count_share : float
+        Share in ``(0, 1)`` of the step's total ``mu^2`` for the count.
+
+    Returns
+    -------
+    float
+        The count's noise standard deviation (``inf`` when ``mu_ll`` is zero).
+    """
+    mu_count_sq = mu_ll**2 * count_share / (1.0 - count_share)
+    if mu_count_sq <= 0.0:
+        return np.inf
+    return float(1.0 / np.sqrt(mu_count_sq))
+
+
+def step_mu_of_release(mu_ll: float | np.ndarray, count_share: float) -> float | np.ndarray:
+    """The step's ``mu`` when its likelihood release is ``mu_ll``-GDP and the clip count takes
+    ``count_share`` of ``mu^2``: ``mu_ll / sqrt(1 - count_share)`` (inverse of
+    :func:`split_step_mu`).
+
+    Parameters
+    ----------
+    mu_ll : float or ndarray
+        ``mu`` of the likelihood release (one per owner in the owners variant).
+    count_share : float
+        Share in ``[0, 1)`` of the step's ``mu^2`` spent on the clip count.
+
+    Returns
+    -------
+    float or ndarray
+    """
+    return mu_ll / math.sqrt(1.0 - count_share)
+
+
+def likelihood_mu2(step_mu: float, releases: float, count_share: float) -> float:
+    """``mu^2`` that ``releases`` steps of ``step_mu`` spend on their likelihood releases (the
+    clip counts' share left out): ``step_mu^2 * releases * (1 - count_share)``.
+
+    What the kept draws' noise is calibrated by, for the utility forecast.
+
+    Parameters
+    ----------
+    step_mu : float
+        Per-step ``mu`` (both releases of the step composed).
+    releases : float
+        Number of steps (or a fraction of a budget's steps).
+    count_share : float
+        Share in ``[0, 1)`` of each step's ``mu^2`` spent on the clip count.
+
+    Returns
+    -------
+    float
+    """
+    return step_mu**2 * releases * (1.0 - count_share)

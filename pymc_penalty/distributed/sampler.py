@@ -35,14 +35,23 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
+from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
 from pymc_penalty.api import _finalize, _step_report
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerError, OwnerPool
-from pymc_penalty.kernel import penalised_log_ratio, penalty_decision, split_step_mu
+from pymc_penalty.kernel import (
+    INFO_STATS,
+    PenaltyState,
+    Release,
+    StepNoise,
+    info_stats,
+    transition,
+)
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import data_dependent_deterministics
 from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity, step_length
+from pymc_penalty.step import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
 
 __all__ = ["DistributedSamplingError", "from_pp_sample", "owner_noise", "sample"]
@@ -186,7 +195,6 @@ def _check_args(
     adapt: str,
     scaling: float,
     target_accept: float,
-    tune_interval: int,
 ) -> None:
     if not _positive_number(clip):
         raise ValueError("`clip` must be a finite positive number, in (0, inf).")
@@ -194,8 +202,6 @@ def _check_args(
         raise ValueError("`scaling` must be a finite positive number, in (0, inf).")
     if not (isinstance(target_accept, int | float) and 0.0 < target_accept < 1.0):
         raise ValueError("`target_accept` must be in (0, 1).")
-    if isinstance(tune_interval, bool) or not isinstance(tune_interval, int) or tune_interval < 1:
-        raise ValueError("`tune_interval` must be a positive integer.")
     if not 0.0 <= float(share) < 1.0:
         raise ValueError("`clip_count_share` must be in [0, 1).")
     if adapt not in ADAPT_MODES:
@@ -221,7 +227,8 @@ def sample(
     scaling: float = 1.0,
     adapt: str = "full",
     target_accept: float = 0.234,
-    tune_interval: int = 100,
+    adapt_window: int | None = None,
+    tune_interval: int | None = None,
     random_seed: int | None = None,
     ledger_path: str | os.PathLike[str] | None = None,
     run: str | None = None,
@@ -259,8 +266,11 @@ def sample(
     cluster : None, str or distributed.Client
         ``None`` starts a ``LocalCluster`` with one worker process per owner; see
         :class:`OwnerPool`.
-    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept, tune_interval
+    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
         As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals).
+    adapt_window, tune_interval
+        As :class:`~pymc_penalty.PenaltyMetropolis` (``tune_interval`` is the deprecated name
+        of ``adapt_window``).
     random_seed : int, optional
         Seed of the proposals and uniforms (drawn from OS entropy when omitted; kept in the
         run journal so that a resumed run replays the same path). The owners' noise never
@@ -296,9 +306,8 @@ def sample(
     model = pm.modelcontext(model)
     budget = PrivacyBudget(float(epsilon), float(delta))
     plan = RunPlan(int(draws), int(tune), int(chains))
-    _check_args(
-        draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept, tune_interval
-    )
+    _check_args(draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept)
+    window = resolve_adapt_window(adapt_window, tune_interval)
     relation = Neighbours.parse(neighbours)
     mode = ClipMode.parse(clip_mode)
     share = float(clip_count_share)
@@ -383,7 +392,7 @@ def sample(
         idata = _run_chains(
             pool, config, journal, header, plan, share, model, value_vars, x_init, S,
             scaling=float(scaling), adapt=adapt, target_accept=float(target_accept),
-            tune_interval=int(tune_interval),
+            adapt_window=window,
         )  # fmt: skip
         extra = _owner_guarantees(pool, idata, budget)
     finally:
@@ -407,7 +416,7 @@ def _run_chains(
     scaling: float,
     adapt: str,
     target_accept: float,
-    tune_interval: int,
+    adapt_window: int,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData."""
     chains, steps = plan.chains, plan.tune + plan.draws
@@ -417,19 +426,16 @@ def _run_chains(
     charged = journal.charged.get(run, set())
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(header["seed"]).spawn(chains)]
     adapters = [
-        ProposalAdapter.create(S, scaling, adapt, target_accept, tune_interval)
+        ProposalAdapter.create(S, scaling, adapt, target_accept, adapt_window)
         for _ in range(chains)
     ]
     prior = _prior_fn(model, value_vars, model.initial_point())
     xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
     logpriors = np.array([prior(x) for x in xs])
     trace = np.empty((chains, steps, xs.shape[1]))
-    names = ["accept", "scaling", "dp_noise_sd", "dp_sensitivity", "dp_mu", "dp_mu_outsider"]
-    names += ["dp_clipped_count", "dp_clipped_fraction"]
-    names += [f"dp_mu_owner_{k}" for k in range(len(owner_mu))]
+    names = ["scaling", *(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
     stats = {name: np.zeros((chains, steps)) for name in names}
-    stats["accepted"] = np.zeros((chains, steps), dtype=bool)
-    stats["dp_released"] = np.zeros((chains, steps), dtype=bool)
+    stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
     stopped = False
     for t in range(steps):
         trace[:, t] = xs
@@ -466,31 +472,30 @@ def _run_chains(
             stopped = True
             continue
         sums, counts = reply
-        d_hat = sums.sum(axis=0)
+        d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
+        delta = l2_sensitivity(bounds, config.neighbours)
+        party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
         tuning = t < plan.tune
         for c, adapter in enumerate(adapters):
-            lp1 = prior(x1s[c])
-            log_ratio = penalised_log_ratio(d_hat[c], noise_var[c], lp1 - logpriors[c])
-            u = rngs[c].random()
-            decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-            if decision.accepted:
-                xs[c], logpriors[c] = x1s[c], lp1
-            adapter.after_decision(decision.accepted)
+            party_c = (*party, ("dp_mu_outsider", mu_out[c]))
+            noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
+
+            def release(
+                state: PenaltyState, x1: np.ndarray, d: float = d_hat[c], n: float = clipped[c]
+            ) -> Release:
+                # The owners' replies, charged above (the clipped fraction would need the row
+                # counts, which the driver never receives).
+                return Release(d, PenaltyState(x1, prior(x1)), n)
+
+            state = PenaltyState(xs[c].copy(), logpriors[c])
+            new, info = transition(rngs[c], state, x1s[c], noise, release)
+            xs[c], logpriors[c] = new.position, new.log_prior
+            adapter.after_decision(info.accepted)
             if tuning:
-                adapter.update(xs[c], decision.accept_prob, decision.accepted)
-            stats["accept"][c, t] = decision.accept_prob
-            stats["accepted"][c, t] = decision.accepted
-        stats["dp_released"][:, t] = True
-        stats["dp_noise_sd"][:, t] = np.sqrt(noise_var)
-        stats["dp_sensitivity"][:, t] = l2_sensitivity(bounds, config.neighbours)
-        stats["dp_mu"][:, t] = step_mu
-        stats["dp_mu_outsider"][:, t] = mu_out
-        for k, m in enumerate(owner_mu):
-            stats[f"dp_mu_owner_{k}"][:, t] = m
-        stats["dp_clipped_count"][:, t] = counts.sum(axis=0)
-        # The fraction would need the row counts, which the driver never receives.
-        stats["dp_clipped_fraction"][:, t] = math.nan
+                adapter.update(xs[c], info.accept, info.accepted)
+            for name, value in info_stats(info).items():
+                stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)
 
 
@@ -580,7 +585,15 @@ _CARRIED = (
     "timeout",
 )
 #: ``step_kwargs`` the distributed sampler takes.
-_STEP_KWARGS = ("S", "scaling", "adapt", "target_accept", "tune_interval", "compile_kwargs")
+_STEP_KWARGS = (
+    "S",
+    "scaling",
+    "adapt",
+    "target_accept",
+    "adapt_window",
+    "tune_interval",
+    "compile_kwargs",
+)
 #: pp.sample's own arguments at their defaults (anything else is refused with owners).
 _DEFAULTS = {"warm_start": 0.0, "warm_start_clip": None, "warm_start_steps": 8, "keep_data": False}
 

@@ -39,7 +39,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pytensor.graph.traversal import ancestors
 
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
-from pymc_penalty.kernel import penalised_log_ratio, penalty_decision
+from pymc_penalty.kernel import PenaltyState, Release, StepNoise, info_stats, transition
 from pymc_penalty.model_checks import (
     ModelNotPrivateError,
     data_sources,
@@ -54,9 +54,11 @@ from pymc_penalty.step import (
     NotPrivateWarning,
     PenaltyMetropolis,
     PenaltyMetropolisState,
+    check_blocked,
     declare_proposal_stat,
+    resolve_adapt_window,
 )
-from pymc_penalty.validation import check_integer, check_model_data, check_real
+from pymc_penalty.validation import check_model_data, check_real
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
@@ -255,8 +257,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         Per-step Gaussian-DP parameter; ``xi = (Delta_T / mu)^2``. Give exactly one of
         ``xi`` and ``mu``.
     neighbours : {"substitute", "add_remove"}, default "substitute"
-    S, scaling, tune, tune_interval, adapt, target_accept, reproducible_noise, ledger, model,
-    rng, initial_point, compile_kwargs, blocked, vars :
+    S, scaling, tune, adapt_window, tune_interval, adapt, target_accept, reproducible_noise,
+    ledger, model, rng, initial_point, compile_kwargs, blocked, vars :
         As in :class:`pymc_penalty.PenaltyMetropolis`.
     """
 
@@ -279,7 +281,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         S: np.ndarray | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        tune_interval: int = 100,
+        adapt_window: int | None = None,
+        tune_interval: int | None = None,
         adapt: str = "full",
         target_accept: float = 0.234,
         reproducible_noise: bool = False,
@@ -291,8 +294,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
     ) -> None:
         model = pm.modelcontext(model)
-        if not blocked:
-            raise ValueError("`blocked` must be True: one release per step for all variables.")
+        check_blocked(blocked)
+        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
         if family is not None and family not in FAMILIES:
             raise ValueError(
                 f"`family` must be one of {sorted(FAMILIES)}; got {family!r}. Use "
@@ -304,7 +307,6 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             if val is not None:
                 check_real(arg, val, low=0.0, low_open=True)
         check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_integer("tune_interval", tune_interval, low=1)
         if data_bound is not None:
             check_real("data_bound", data_bound, low=0.0, low_open=True)
         if adapt not in ADAPT_MODES:
@@ -346,7 +348,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 self._check_declared(model, obs, vars, initial_point)
             self._finish_init(model, vars, initial_point, xi, mu, reproducible_noise, ledger)
             self._init_proposal(
-                initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+                initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
             )
             super().__init__(vars, shared={}, blocked=True, rng=rng)
             return
@@ -440,7 +442,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         (varying,) = model.replace_rvs_by_values([varying])
         self._compile_params(model, vars, initial_point, [varying], compile_kwargs)
         self._init_proposal(
-            initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+            initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
         )
         super().__init__(vars, shared={}, blocked=True, rng=rng)
 
@@ -538,14 +540,14 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self.ledger = ledger
 
     def _init_proposal(
-        self, initial_point, vars, S, scaling, tune, tune_interval, adapt, target_accept
+        self, initial_point, vars, S, scaling, tune, adapt_window, adapt, target_accept
     ) -> None:
         """The adaptive random-walk proposal and the data-free cache."""
         size = sum(initial_point[v.name].size for v in vars)
         S = np.ones(size) if S is None else np.asarray(S, dtype=np.float64)
         self.tune = bool(tune)
         self.adapter = ProposalAdapter.create(
-            S, float(scaling), adapt if tune else "none", float(target_accept), int(tune_interval)
+            S, float(scaling), adapt if tune else "none", float(target_accept), int(adapt_window)
         )
         self._untuned_adapter = deepcopy(self.adapter)
         declare_proposal_stat(self, size)
@@ -575,7 +577,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     # --- the step --------------------------------------------------------------------------
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised step releasing a fresh noisy sufficient statistic."""
+        """One penalised step releasing a fresh noisy sufficient statistic (the transition is
+        :func:`pymc_penalty.kernel.transition`; the release is :meth:`_release_statistic`)."""
         x0 = q0.data
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
@@ -585,11 +588,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             self._cache_key = key
         lp0, phi0, a0 = self._cache
         lp1, phi1, a1 = self._eval(x1)
-        stats: dict[str, Any] = {
-            "scaling": adapter.scaling,
-            "dp_sensitivity": self.sensitivity,
-            PROPOSAL_STAT: x1.copy(),
-        }
+        stats: dict[str, Any] = {"scaling": adapter.scaling, PROPOSAL_STAT: x1.copy()}
         # A proposal outside the prior's support is released and rejected like any other
         # (its ratio is NaN -> -inf): ``dp_released=False`` must keep meaning "refused by the
         # ledger", which is what stops the run and trims the result.
@@ -600,33 +599,32 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         else:
             offset = self._n * (a0 - a1)
         sigma = math.sqrt(float(dphi @ dphi) * self.xi)
-        stats.update(dp_noise_sd=sigma, dp_mu=self.mu)
-        if self.ledger is not None and not self.ledger.try_spend(self.mu**2):
-            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=math.nan)
-            stats.update(dp_clipped_count=math.nan)
-            stats.update(dp_released=False, dp_mu=0.0)
-            return q0, [stats]
+        noise = StepNoise.from_sd(self.sensitivity, sigma, self.mu)
 
-        # Budget committed: release S_hat = S + N(0, xi I) and use it.
+        def release(state: PenaltyState, x: np.ndarray) -> Release:
+            return self._release_statistic(x, (lp1, phi1, a1), dphi, offset)
+
+        charge = None if self.ledger is None else self.ledger.try_spend
+        state = PenaltyState(x0, lp0, self._cache)
+        new, info = transition(self.rng, state, x1, noise, release, charge=charge)
+        stats.update(info_stats(info))
+        if not info.released:
+            return q0, [stats]
+        if info.accepted:
+            self._cache_key, self._cache = x1.tobytes(), new.cache
+        if self.tune:
+            adapter.update(new.position, info.accept, info.accepted)
+        return RaveledVars(new.position, q0.point_map_info), [stats]
+
+    def _release_statistic(
+        self, x1: np.ndarray, cache1: tuple, dphi: np.ndarray, offset: float
+    ) -> Release:
+        """Budget committed: release ``S_hat = S + N(0, xi I)`` and use it."""
         s_hat = self._S + math.sqrt(self.xi) * self._noise().standard_normal(self._S.shape)
         d_hat = float(dphi @ s_hat) + offset
         del s_hat
-        log_ratio = penalised_log_ratio(d_hat, sigma**2, lp1 - lp0)
-        u = self.rng.random()
-        decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
-        x_new = x1 if decision.accepted else x0
-        if decision.accepted:
-            self._cache_key, self._cache = x1.tobytes(), (lp1, phi1, a1)
-        if self.tune:
-            adapter.update(x_new, decision.accept_prob, decision.accepted)
-        stats.update(
-            accept=decision.accept_prob,
-            accepted=decision.accepted,
-            dp_clipped_fraction=math.nan if self.private else self._clipped_fraction_exact,
-            dp_clipped_count=math.nan,
-            dp_released=True,
-        )
-        return RaveledVars(x_new, q0.point_map_info), [stats]
+        fraction = math.nan if self.private else self._clipped_fraction_exact
+        return Release(d_hat, PenaltyState(x1, cache1[0], cache1), math.nan, fraction)
 
     @staticmethod
     def competence(var: Any, has_grad: bool) -> Competence:

@@ -25,19 +25,16 @@ to its own count.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from pymc.blocking import RaveledVars
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
-from pymc_penalty.kernel import (
-    clip_count_noise_sd,
-    split_step_mu,
-)
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
+from pymc_penalty.kernel import PenaltyState, Release, StepNoise
 from pymc_penalty.sensitivity import clip_bound, l2_sensitivity
-from pymc_penalty.step import PROPOSAL_STAT, PenaltyMetropolis
+from pymc_penalty.step import PenaltyMetropolis
 
 __all__ = ["MultiOwnerPenaltyMetropolis", "owner_report", "validate_owners"]
 
@@ -177,7 +174,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
                 count_sd = np.array([clip_count_noise_sd(m, share) for m in mu_ll])
             else:
                 count_sd = np.full(n_own, math.inf)
-            mu_owners = mu_ll / math.sqrt(1.0 - share)
+            mu_owners = step_mu_of_release(mu_ll, share)
         # The outsider sees the sums: the likelihood release and the count release, each
         # under all owners' noise, composed.
         mu_ll_out = 0.0 if delta == 0.0 else delta / math.sqrt(float(np.sum(sigmas**2)))
@@ -186,38 +183,32 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         mu_out = compose_mu([mu_ll_out, mu_count_out])
         return bound, delta, sigmas, count_sd, mu_owners, mu_out
 
-    # --- the step ------------------------------------------------------------------------
+    # --- the step: the owners' release, in the one transition of PenaltyMetropolis ------------
 
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised step: each owner releases its own noisy clipped sum."""
-        x0 = q0.data
-        adapter = self.adapter
-        x1, length = self._propose(x0)
+    def _step_noise(self, length: float) -> tuple[StepNoise, Callable, None]:
+        """The step's noise (summed over the owners) and its release: each owner its own noisy
+        clipped sum. The ledger is charged the worst owner's ``mu``."""
         bound, delta, sigmas, count_sd, mu_owners, mu_out = self._owner_noise(length)
-        step_mu = float(np.max(mu_owners))
-        total_var = float(np.sum(sigmas**2))
-        stats = {
-            "scaling": adapter.scaling,
-            "dp_noise_sd": math.sqrt(total_var),
-            "dp_sensitivity": delta,
-            "dp_mu": step_mu,
-            "dp_mu_outsider": mu_out,
-            PROPOSAL_STAT: x1.copy(),
-        }
-        stats.update({_owner_stat(j): float(m) for j, m in enumerate(mu_owners)})
-        key = x0.tobytes()
-        if self._cache_key != key:
-            self._lik.check_layout()  # shapes only: before anything is spent
-        if self.ledger is not None and not self.ledger.try_spend(step_mu**2):
-            stats.update(accept=0.0, accepted=False, dp_clipped_fraction=np.nan)
-            stats.update(dp_clipped_count=np.nan, dp_released=False)
-            stats.update(dp_mu=0.0, dp_mu_outsider=0.0)
-            stats.update({_owner_stat(j): 0.0 for j in range(self.n_owners)})
-            return q0, [stats]
+        party = (("dp_mu_outsider", mu_out),)
+        party += tuple((_owner_stat(j), float(m)) for j, m in enumerate(mu_owners))
+        noise = StepNoise.from_var(delta, float(np.sum(sigmas**2)), float(np.max(mu_owners)), party)
 
-        if self._cache_key != key:
-            self._refresh_cache(x0, key)
-        owner_sums, owner_clipped, logprior1 = self._lik.propose(x1, bound)
+        def release(state: PenaltyState, x1: np.ndarray) -> Release:
+            return self._release_owner_sums(state, x1, bound, sigmas, count_sd)
+
+        return noise, release, None
+
+    def _release_owner_sums(
+        self,
+        state: PenaltyState,
+        x1: np.ndarray,
+        bound: float,
+        sigmas: np.ndarray,
+        count_sd: np.ndarray,
+    ) -> Release:
+        """Each owner releases its clipped sum (and clip count) with its own noise; the sums
+        are added."""
+        state, proposal, owner_sums, owner_clipped = self._evaluate(state, x1, bound)
         noise = self._noise()
         d_hat = float(np.sum(owner_sums + sigmas * noise.standard_normal(self.n_owners)))
         if not self.private:
@@ -228,17 +219,8 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         else:
             clipped_count = math.nan
         del owner_sums, owner_clipped  # exact values: never to leave this function
-        clipped_fraction = self._public_fraction(clipped_count, self._n)
-
-        x_new, decision = self._decide(x0, x1, logprior1, d_hat, total_var)
-        stats.update(
-            accept=decision.accept_prob,
-            accepted=decision.accepted,
-            dp_clipped_fraction=float(clipped_fraction),
-            dp_clipped_count=float(clipped_count),
-            dp_released=True,
-        )
-        return RaveledVars(x_new, q0.point_map_info), [stats]
+        fraction = self._public_fraction(clipped_count, self._n)
+        return Release(d_hat, proposal, float(clipped_count), float(fraction), state)
 
 
 def _owner_stat(j: int) -> str:
