@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytensor
 import pytest
 from conftest import _mcse
+from pymc.blocking import DictToArrayBijection
 
 from pymc_penalty import ModelNotPrivateError, NotPrivateWarning, PenaltyMetropolis
 
@@ -357,3 +361,64 @@ def test_lipschitz_sensitivity_uses_the_l1_norm():
     assert step_length(ClipMode.LIPSCHITZ, diff) == pytest.approx(0.7)
     assert step_length(ClipMode.DISTANCE, diff) == pytest.approx(0.5)
     assert clip_bound(2.0, ClipMode.LIPSCHITZ, 0.7) == pytest.approx(1.4)
+
+
+def _interleaved_accepts(copier) -> list[float]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=500)
+    y = 0.3 + 0.8 * X + rng.normal(size=500)
+    with pm.Model():
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 2)
+        pm.Normal("y", a + b * X, 1.0, observed=y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s1 = PenaltyMetropolis(
+                noise_sd=1e-3, clip=None, reproducible_noise=True, S=np.full(2, 0.05), tune=False
+            )
+    s2 = copier(s1)
+    s1.set_rng(np.random.default_rng(1))
+    s2.set_rng(np.random.default_rng(2))
+    qa = DictToArrayBijection.map({"a": np.array(0.3), "b": np.array(0.8)})
+    qb = DictToArrayBijection.map({"a": np.array(-1.0), "b": np.array(2.0)})
+    out = []
+    for _ in range(20):
+        qa, st = s1.astep(qa)
+        out.append(st[0]["accept"])
+        qb, st = s2.astep(qb)
+        out.append(st[0]["accept"])
+    return out
+
+
+def test_shallow_copies_of_a_step_never_compare_against_each_others_state():
+    # The cached state lives with the per-row vectors in the shared PenaltyLikelihood: two
+    # shallow copies alternating on different chains must give what independent copies give
+    # (with the key on the step, each compared its proposal with the other's current point).
+    assert _interleaved_accepts(copy.copy) == _interleaved_accepts(copy.deepcopy)
+
+
+def test_same_shape_set_data_is_seen_by_the_cached_state():
+    # pm.set_data with the same shape passes the layout check; after a rejected step the
+    # cached vector still held the old rows (accept 3e-12 against 1.0 from a fresh step).
+    rng = np.random.default_rng(0)
+    y0 = rng.normal(size=200)
+    kwargs = dict(noise_sd=1e-6, clip=None, S=np.full(1, 0.01), tune=False, reproducible_noise=True)
+    with pm.Model() as model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yd = pm.Data("yd", y0)
+        a = pm.Normal("a", 0, 5)
+        pm.Normal("y", a, 1.0, observed=yd)
+        step = PenaltyMetropolis(**kwargs)
+    q = DictToArrayBijection.map({"a": np.array(0.0)})
+    for seed in range(100):  # a rejected first step: the cache stays at q on the old rows
+        step.set_rng(np.random.default_rng(seed))
+        if np.array_equal(step.astep(q)[0].data, q.data):
+            break
+    with model:
+        pm.set_data({"yd": y0 + 0.5})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fresh = PenaltyMetropolis(**kwargs)
+    step.set_rng(np.random.default_rng(7))
+    fresh.set_rng(np.random.default_rng(7))
+    assert step.astep(q)[1][0]["accept"] == fresh.astep(q)[1][0]["accept"]
