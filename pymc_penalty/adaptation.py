@@ -147,6 +147,8 @@ class ProposalAdapter(_FieldwiseEq):
 
     def propose(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
         """Draw a symmetric move: ``x + scaling * chol @ z`` (block) or one coordinate."""
+        if self.max_step == np.inf:
+            return x + self._draw_move(rng, x.shape[0])
         for _ in range(_MAX_REDRAWS):
             move = self._draw_move(rng, x.shape[0])
             if np.all(np.abs(move) < self.max_step):

@@ -666,7 +666,8 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
 
     def _current(self, x0: np.ndarray) -> tuple[PenaltyState, bool]:
-        """The state at ``x0`` from the cache, and whether the cache must be rebuilt first."""
+        """The state at ``x0`` from the cache, and whether the cache must be rebuilt first
+        (then its log prior is NaN until :meth:`_evaluate` rebuilds it)."""
         stale = not self._lik.holds(x0)
         if stale:
             self._lik.check_layout()  # shapes only: before anything is spent
@@ -677,7 +678,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         """After the budget is committed: (current state, proposal state, clipped sums,
         clipped counts), rebuilding the cache of the current point first when it is stale
         (a refused step must not evaluate the likelihood)."""
-        if not self._lik.holds(state.position):
+        if math.isnan(state.log_prior):  # stale (see _current): rebuild, the budget is paid
             state = PenaltyState(state.position, self._lik.reset(state.position, self._n))
         sums, n_clipped, logprior1 = self._lik.propose(x1, bound)
         return state, PenaltyState(x1, logprior1), sums, n_clipped
