@@ -87,7 +87,10 @@ def clipped_whitened(rows: np.ndarray, chol: np.ndarray | None, clip: float | No
     ndarray, shape (k, d)
     """
     white = rows if chol is None else solve_triangular(chol, rows.T, lower=True).T
-    norms = np.sqrt(np.einsum("ij,ij->i", white, white))
+    # A row whose whitened value overflowed adds nothing (still within the bound).
+    white = np.where(np.all(np.isfinite(white), axis=1)[:, None], white, 0.0)
+    with np.errstate(over="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", white, white))
     if clip is None:
         scale = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-300), 0.0)
     else:
@@ -127,9 +130,10 @@ def log_scale_sum(diffs: np.ndarray, chol: np.ndarray) -> float:
     float
     """
     white = solve_triangular(chol, diffs.T, lower=True).T
-    sq = np.einsum("ij,ij->i", white, white) / diffs.shape[1]
-    with np.errstate(divide="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sq = np.einsum("ij,ij->i", white, white) / diffs.shape[1]
         logs = np.log(sq)
+    logs = np.where(np.isnan(logs), LOG_CLIP, logs)  # an overflowed difference: the top
     return float(np.clip(logs, -LOG_CLIP, LOG_CLIP).sum())
 
 

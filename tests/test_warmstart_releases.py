@@ -40,7 +40,7 @@ def _adversaries(rng: np.random.Generator, chol: np.ndarray) -> list[np.ndarray]
     d = chol.shape[0]
     rows = [np.zeros(d)]
     for j in range(d):
-        rows += [1e6 * chol[:, j], -1e6 * chol[:, j], 1e6 * np.eye(d)[j]]
+        rows += [1e6 * chol[:, j], -1e6 * chol[:, j], 1e6 * np.eye(d)[j], 1e307 * np.eye(d)[j]]
     rows += [10.0**k * rng.normal(size=d) for k in range(-4, 7)]
     return rows
 
