@@ -114,8 +114,11 @@ FULL = Settings(
     tune=300,
     draws=1700,
     warm_start=0.2,
-    clip=None,
-    clip_mode=None,
+    # pp.sample's clip defaults were measured worse here (issue 13: mean error 2.48 sd at
+    # epsilon = 1 against 0.58 for these; see docs/benchmarks.md): kept explicit until the
+    # warm start's automatic clip stops biasing logistic scores. --defaults runs the defaults.
+    clip=3.0,
+    clip_mode="distance",
     warm_start_clip=None,
     step_kwargs=STEP_KWARGS,
     sgld_clip=4.5,
@@ -434,14 +437,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", type=float, nargs="+", help="a subset (no docs written)")
     parser.add_argument("--repeats", type=int, help="fewer repeats (no docs written)")
     parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="pp.sample's clip defaults (clip='auto', clip_mode='metric')",
+    )
+    parser.add_argument(
         "--old-clip",
         action="store_true",
-        help="the settings before issue 13: clip=3.0, clip_mode='distance', warm_start_clip=3.0",
+        help="clip=3.0, clip_mode='distance' and a warm-start clip of 3.0 (in its metric)",
     )
     args = parser.parse_args(argv)
     _quiet()
     mode = "quick" if args.quick else "full"
     s = SETTINGS[mode]
+    if args.defaults:
+        s = replace(s, clip=None, clip_mode=None, warm_start_clip=None)
     if args.old_clip:
         s = replace(s, clip=3.0, clip_mode="distance", warm_start_clip=3.0)
     if args.epsilons:
