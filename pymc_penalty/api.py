@@ -266,13 +266,9 @@ def finalize(
     return _finalize(idata, step, callback=callback, model=model)
 
 
-def _warm_start_clip(clip: float | str, d: int, warm_start_clip: float | None) -> float:
-    """The warm start's gradient clip: ``warm_start_clip`` if given, else ``clip * sqrt(d)``
-    (``1 * sqrt(d)`` when the chain's clip is found in tuning, which comes after)."""
-    if warm_start_clip is not None:
-        return float(warm_start_clip)
-    base = 1.0 if isinstance(clip, str) else float(clip)
-    return base * math.sqrt(d)
+def _warm_start_clip(warm_start_clip: float | None) -> float | str:
+    """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
+    return "auto" if warm_start_clip is None else float(warm_start_clip)
 
 
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -366,10 +362,10 @@ def sample(
         covariance; the chains are calibrated to the rest of the budget. Its releases are
         charged to the same ledger and included in the report (``dp_warm_start_*``).
     warm_start_clip : float, optional
-        L2 clip of each per-datapoint log-likelihood gradient in the warm start (on the
-        unconstrained space). Defaults to ``clip * sqrt(d)`` (``d`` unconstrained
-        parameters): the gradient norm at which a random direction's derivative is
-        typically ``clip``; ``sqrt(d)`` with ``clip="auto"``.
+        Clip of each per-datapoint log-likelihood gradient's length in the warm start, in the
+        metric of the per-datapoint Fisher information it estimates (released, so public).
+        By default ``"auto"``: the 99.9% quantile of that length at the mode, which needs no
+        knowledge of the data's scale (:func:`pymc_penalty.warmstart.warm_start_clips`).
     warm_start_steps : int, default 8
         Fisher-scoring steps of the warm start (two releases each).
     ledger_path : path, optional
@@ -444,7 +440,6 @@ def sample(
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
-        d = int(sum(np.size(v) for v in model.initial_point().values()))
         noise_rng = None
         if step_kwargs.get("reproducible_noise"):
             noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
@@ -453,7 +448,7 @@ def sample(
                 model,
                 mu=float(np.sqrt(available * warm_start)),
                 ledger=ledger,
-                clip=_warm_start_clip(clip, d, warm_start_clip),
+                clip=_warm_start_clip(warm_start_clip),
                 steps=int(warm_start_steps),
                 neighbours=neighbours,
                 noise_rng=noise_rng,

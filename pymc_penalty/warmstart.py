@@ -1,34 +1,39 @@
 """A private warm start: a noisy estimate of the posterior mode and curvature.
 
-From a data-independent point (the model's initial point), a few steps of Fisher scoring
-(the BHHH variant: the curvature is the outer product of the per-datapoint gradients) move
-toward the posterior mode. Each step makes two Gaussian releases:
+From a data-independent point (the model's initial point), a few steps of Fisher scoring move
+toward the posterior mode. Every per-datapoint bound is stated in a public metric, the
+per-datapoint Fisher information estimated from earlier releases, so one clip fits every
+direction of an anisotropic posterior and none needs the data's scale
+(:func:`fisher_scoring`; the statistics and their sensitivities are in
+:mod:`pymc_penalty.warmstart_releases`). Per step:
 
-- the sum of the per-datapoint log-likelihood gradients, each clipped to L2 norm ``C``:
-  L2 sensitivity ``2C`` for substitute-one neighbours, ``C`` for add/remove-one;
-- the sum of the outer products ``g_i g_i^T`` of the same clipped gradients, released as the
-  vector of its upper triangle with off-diagonal entries scaled by ``sqrt(2)`` (so its L2
-  norm is the Frobenius norm): L2 sensitivity ``sqrt(2) C^2`` for substitute-one, since
-  ``||a a^T - b b^T||_F^2 = ||a||^4 + ||b||^4 - 2 (a.b)^2 <= 2 C^4``, and ``C^2`` for
-  add/remove-one.
+- a curvature release: the outer-product sum of differences of rows (centred, so it estimates
+  the Fisher information wherever the iterate is), normalised in the first step (no metric
+  yet; a second release, of the mean log length in that shape, gives the scale) and clipped
+  in the previous step's metric afterwards;
+- the sum of the per-datapoint gradients clipped in the new metric.
 
+Under add/remove-one, where ``n`` is private, the first step also releases a noisy count.
 Per-datapoint gradients are central finite differences of the compiled per-datapoint
 log-likelihood vector. Their accuracy does not matter for privacy: clipping bounds the
 sensitivity whatever the rows are, and non-finite rows are set to zero before clipping.
-Each release's cost ``mu_t^2 = (Delta_t / sigma_t)^2`` is committed to the run's ledger
-before the data are evaluated; the prior's gradient and Hessian carry no data and are exact.
-Everything returned is post-processing of the releases and of the data-independent start.
+Each step's releases are committed to the run's ledger (``mu_t^2 = (Delta_t / sigma_t)^2``
+each) before the data are evaluated; the prior's gradient and Hessian carry no data and are
+exact. Everything returned is post-processing of the releases and of the data-independent
+start.
 
 Restrictions: the model must pass the same checks as :class:`PenaltyMetropolis`; the
-outer-product curvature estimates the Fisher information, which equals the Hessian of the
-log-likelihood for a correctly specified model (otherwise it is only a proposal shape, which
-tuning refines: the chain's target is unaffected). Each step costs ``2 d + 1`` evaluations
-of the per-datapoint log-likelihood (``d`` the number of unconstrained parameters).
+curvature estimates the Fisher information (the covariance of the per-datapoint scores),
+which equals the Hessian of the log-likelihood for a correctly specified model near the mode
+(otherwise it is only a proposal shape, which tuning refines: the chain's target is
+unaffected). Each step costs ``2 d`` evaluations of the per-datapoint log-likelihood (``d``
+the number of unconstrained parameters).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +43,7 @@ import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.gradient import hessian
+from scipy import special, stats
 
 from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.likelihood import PenaltyLikelihood
@@ -51,14 +57,52 @@ from pymc_penalty.validation import (
     check_model_data,
     check_real,
 )
+from pymc_penalty.warmstart_releases import (
+    LOG_CLIP,
+    clipped_whitened,
+    gradient_sensitivity,
+    log_scale_sensitivity,
+    log_scale_sum,
+    outer_sensitivity,
+    pair_differences,
+    pair_outer_sum,
+)
 
-__all__ = ["WarmStart", "WarmStartRefused", "private_warm_start", "warm_start_schedule"]
+__all__ = [
+    "WarmStart",
+    "WarmStartRefused",
+    "fisher_scoring",
+    "private_warm_start",
+    "warm_start_clips",
+    "warm_start_schedule",
+]
 
 #: Each step's ``mu^2`` is this many times the previous step's: late steps, near the mode,
 #: need the small noise; early ones only need to point the right way.
 _GROWTH = 1.6
-#: Share of each step's ``mu^2`` spent on the outer-product (curvature) release.
-_CURVATURE_SHARE = 0.1
+#: Share of the warm start's ``mu^2`` spent on the curvature releases (the metric). Measured on
+#: the anisotropic Gaussian of ``benchmarks/gauss.py`` (d = 10, n = 1e5, a 20% warm start,
+#: four noise seeds, error of the estimated mode in posterior sd): 0.1 gave 1.0-3.4 at
+#: epsilon = 1, 0.2-0.4 gave 0.25-0.47; at epsilon = 2, 0.12-0.21 for 0.1 and 0.13-0.23 for 0.3.
+_CURVATURE_SHARE = 0.3
+#: ``clip="auto"``: the tail probability of a gradient's length in the metric at the mode.
+_AUTO_CLIP_TAIL = 1e-3
+#: The first metric (from the rows' spread at a data-independent start) is multiplied by this:
+#: far from the mode the spread of the scores can underestimate the curvature many times (a
+#: scale parameter started 5 times too large: 25 times), and an underestimated metric sends
+#: the first step far away, while an overestimate only shortens it and the next curvature
+#: release corrects it. Measured (private_warm_start on N(m, s), s started at 5, n = 2e4; and
+#: the gauss benchmark's posterior at epsilon = 1 and 2): 1 diverged (|m| > 100), 3 and 5
+#: stopped short (m 0.49-0.76 for 0.49), 10 landed (m 0.48, s 0.97-1.0); gauss error 0.16-0.32
+#: sd at epsilon = 2 for 10 against 0.13-0.23 for 1.
+_PILOT_SAFETY = 10.0
+#: Eigenvalue floor of a released curvature, in ``sqrt(d)`` noise sds. A direction whose
+#: metric overestimates the curvature is corrected by at most the floor's factor per step, so a
+#: low floor converges faster; too low and noise passes for curvature. Measured (gauss
+#: workload, exact gradients, 20% warm start; error of the mode in posterior sd, 2 or 4 seeds):
+#: 2 gave 3.6-3.9 at n = 1e4, epsilon = 6 and 0.4-2.7 at n = 1e5, epsilon = 1; 0.5 gave
+#: 0.43-0.56 and 0.35-0.58; 0.25 gave 0.51-0.53 and 0.34-0.51; epsilon = 2: 0.10-0.24 for 0.5.
+_FLOOR = 0.5
 
 
 class WarmStartRefused(RuntimeError):
@@ -94,7 +138,7 @@ class WarmStart:
 def warm_start_schedule(mu: float, steps: int) -> list[tuple[float, float]]:
     """Per-step ``(mu_gradient, mu_curvature)`` whose squares sum to ``mu^2``.
 
-    The curvature releases get 10% of ``mu^2`` in equal parts; the gradient release of step
+    The curvature releases get 30% of ``mu^2`` in equal parts; the gradient release of step
     ``k`` gets a share of the rest proportional to ``1.6^k``.
 
     Parameters
@@ -133,7 +177,8 @@ class _Prior:
 
 
 def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:
-    """Central finite differences of the per-datapoint log-likelihood: shape (n, d)."""
+    """Central finite differences of the per-datapoint log-likelihood: shape (n, d); rows
+    that are not finite are set to zero (they then add nothing but stay bounded)."""
     h_rel = np.finfo(lik.input_dtype).eps ** (1.0 / 3.0)
     grads = np.empty((n, x.size))
     for j in range(x.size):
@@ -145,21 +190,14 @@ def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> n
         ll_down, _ = lik.initial(down, n)
         with np.errstate(invalid="ignore", over="ignore"):
             grads[:, j] = (np.asarray(ll_up, np.float64) - ll_down) / (2.0 * h)
+    grads[~np.all(np.isfinite(grads), axis=1)] = 0.0
     return grads
 
 
-def _clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
-    """Zero non-finite rows, then scale every row to L2 norm at most ``clip``."""
-    grads[~np.all(np.isfinite(grads), axis=1)] = 0.0
-    norms = np.sqrt(np.einsum("ij,ij->i", grads, grads))
-    scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
-    return grads * scale[:, None]
-
-
-def _release_outer(clipped: np.ndarray, sd: float, noise: np.random.Generator) -> np.ndarray:
-    """Release ``sum_i g_i g_i^T`` with noise sd ``sd`` on its Frobenius-isometric vector."""
-    d = clipped.shape[1]
-    outer = clipped.T @ clipped
+def _release_outer(outer: np.ndarray, sd: float, noise: np.random.Generator) -> np.ndarray:
+    """Release a symmetric matrix with noise sd ``sd`` on its Frobenius-isometric vector
+    (the upper triangle, off-diagonal entries scaled by ``sqrt(2)``)."""
+    d = outer.shape[0]
     iu = np.triu_indices(d, 1)
     diag = np.diag(outer) + sd * noise.standard_normal(d)
     off = outer[iu] + (sd / math.sqrt(2.0)) * noise.standard_normal(iu[0].size)
@@ -169,20 +207,165 @@ def _release_outer(clipped: np.ndarray, sd: float, noise: np.random.Generator) -
     return released
 
 
-def _psd_precision(curv: np.ndarray, noise_sd: float, prior_hess: np.ndarray) -> np.ndarray:
-    """Noisy curvature plus the prior's, positive definite.
+def _floor_eigenvalues(sym: np.ndarray, noise_sd: float) -> np.ndarray:
+    """A released symmetric matrix made positive definite: eigenvalues floored at
+    ``_FLOOR sqrt(d)`` noise sds (the noise matrix's spectral norm is about ``2 sqrt(d)`` of
+    them: below that an eigenvalue is mostly noise, and a near-zero one would send a scoring
+    step far away)."""
+    vals, vecs = np.linalg.eigh(0.5 * (sym + sym.T))
+    floor = max(_FLOOR * math.sqrt(sym.shape[0]) * noise_sd, 1e-12 * float(np.max(np.abs(vals))))
+    return (vecs * np.maximum(vals, floor)) @ vecs.T
 
-    The curvature's eigenvalues are floored at ``2 sqrt(d)`` noise sds (about the spectral
-    norm of the noise matrix): below it an eigenvalue is noise, and a near-zero one would send
-    the Fisher-scoring step far away.
+
+def _prior_precision(prior_hess: np.ndarray) -> np.ndarray:
+    """The positive semi-definite part of minus the prior's Hessian."""
+    vals, vecs = np.linalg.eigh(-0.5 * (prior_hess + prior_hess.T))
+    return (vecs * np.maximum(vals, 0.0)) @ vecs.T
+
+
+def _overshot(
+    ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray
+) -> bool:
+    """Whether the slope along the last step reversed by more than the last slope plus three
+    noise sds (``noise_dir``: the release noise's sd times the step's whitened image)."""
+    slope = float(ascent @ step)
+    return slope < -(abs(last_slope) + 3.0 * float(np.linalg.norm(noise_dir)))
+
+
+def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
+    """Clips ``(C_gradient, C_difference)`` in the metric of the estimated per-datapoint
+    Fisher information.
+
+    There a gradient near the mode has squared length about ``chi^2_d`` and a difference of
+    two rows twice that; ``"auto"`` clips at the 99.9% quantile (about 0.1% of the rows are
+    clipped when the metric is right), a number ``C`` at ``(C, sqrt(2) C)``.
+
+    Parameters
+    ----------
+    clip : float or "auto"
+    d : int
+        Number of unconstrained parameters.
+
+    Returns
+    -------
+    (float, float)
     """
-    vals, vecs = np.linalg.eigh(0.5 * (curv + curv.T))
-    floor = 2.0 * math.sqrt(curv.shape[0]) * noise_sd
-    prec = (vecs * np.maximum(vals, floor)) @ vecs.T
-    pvals, pvecs = np.linalg.eigh(-0.5 * (prior_hess + prior_hess.T))
-    prec = prec + (pvecs * np.maximum(pvals, 0.0)) @ pvecs.T
-    floor = 1e-8 * max(float(np.max(np.diag(prec))), 1e-12)
-    return prec + floor * np.eye(prec.shape[0])
+    c = math.sqrt(float(stats.chi2.isf(_AUTO_CLIP_TAIL, d))) if clip == "auto" else float(clip)
+    return c, math.sqrt(2.0) * c
+
+
+def fisher_scoring(
+    row_grads: Callable[[np.ndarray], np.ndarray],
+    prior: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    n: int,
+    *,
+    schedule: list[tuple[float, float]],
+    neighbours: Neighbours,
+    clip: float | str,
+    noise: np.random.Generator,
+    commit: Callable[[float], None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Private Fisher scoring with every per-datapoint bound stated in a released metric.
+
+    Step 0 starts with no metric: it releases the spatial-sign shape of the row differences
+    (normalised, so scale-free) and the mean log length of the differences in that shape
+    (bounded in log units), which give the first metric. Every later step releases the
+    outer-product sum of the differences clipped in the previous step's metric, which gives
+    the next one. Each step then releases the sum of the gradients clipped in the new metric
+    and moves to ``x + (n P + prior precision)^-1 (sum g + prior gradient)``. The metric is
+    public: a function of earlier releases only. See :mod:`pymc_penalty.warmstart_releases`
+    for the statistics and their sensitivities.
+
+    Parameters
+    ----------
+    row_grads : callable
+        ``row_grads(x) -> (n, d)`` per-datapoint gradients at ``x``, every row finite (a data
+        access).
+    prior : callable
+        ``prior(x) -> (gradient, Hessian)`` of the log prior (no data).
+    x : ndarray, shape (d,)
+        Data-independent start.
+    n : int
+        Number of rows (used as such only under substitute-one, where it is public; under
+        add/remove-one a noisy count is released).
+    schedule : list of (float, float)
+        :func:`warm_start_schedule`.
+    neighbours : Neighbours
+    clip : float or "auto"
+        :func:`warm_start_clips`.
+    noise : numpy.random.Generator
+    commit : callable
+        ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        The estimated mode and posterior precision (averaged, weighted by ``mu_grad^2``, over
+        the last half of the iterates: near the mode their errors are independent).
+    """
+    d = x.size
+    c_grad, c_diff = warm_start_clips(clip, d)
+    adds = neighbours is Neighbours.ADD_REMOVE
+    averaged = range(len(schedule) // 2, len(schedule))
+    sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))
+    n_hat, chol = float(n), None
+    step = last_slope = x_prev = precision = None
+    for k, (mu_grad, mu_curv) in enumerate(schedule):
+        # Step 0 splits its curvature mu^2 over the shape, the scale (and the noisy count).
+        parts = 1 if k else (3 if adds else 2)
+        mu_parts = [mu_curv / math.sqrt(parts)] * parts
+        for release_mu in (*mu_parts, mu_grad):  # all of this step's releases, before the data
+            commit(release_mu)
+        grads = row_grads(x)
+        diffs = pair_differences(grads, neighbours)
+        if k == 0:
+            if adds:  # n is private under add/remove-one: a noisy count (sensitivity 1)
+                n_hat = max(n + noise.standard_normal() / mu_parts[2], 2.0)
+            pairs = n_hat - 1.0 if adds else float(diffs.shape[0])
+            sd = outer_sensitivity(None, neighbours) / mu_parts[0]
+            shape = _floor_eigenvalues(
+                _release_outer(pair_outer_sum(diffs, None, None), sd, noise), sd
+            )
+            shape /= np.trace(shape)
+            shape_chol = np.linalg.cholesky(shape)
+            sd = log_scale_sensitivity(neighbours) / mu_parts[1]
+            mean_log = (log_scale_sum(diffs, shape_chol) + sd * noise.standard_normal()) / pairs
+            # A Gaussian difference with covariance s * shape has E log(|w|^2/d) =
+            # log s + digamma(d/2) + log(2/d); the difference's covariance is twice F's.
+            log_s = min(mean_log, LOG_CLIP) - special.digamma(d / 2.0) - math.log(2.0 / d)
+            fisher = _PILOT_SAFETY * 0.5 * math.exp(log_s) * shape
+        else:
+            sd = outer_sensitivity(c_diff, neighbours) / mu_curv
+            white = _release_outer(pair_outer_sum(diffs, chol, c_diff), sd, noise)
+            white = _floor_eigenvalues(white, sd) / (2.0 * pairs)
+            fisher = chol @ white @ chol.T
+        fisher = 0.5 * (fisher + fisher.T)
+        new_chol = np.linalg.cholesky(fisher)
+        sd = gradient_sensitivity(c_grad, neighbours) / mu_grad
+        white_sum = clipped_whitened(grads, new_chol, c_grad).sum(axis=0)
+        del grads, diffs  # exact per-datapoint values: not kept past the releases
+        prior_grad, prior_hess = prior(x)
+        ascent = new_chol @ (white_sum + sd * noise.standard_normal(d)) + prior_grad
+        if step is not None and _overshot(ascent, step, last_slope, sd * new_chol.T @ step):
+            # The released slope along the last step reversed beyond its noise: the step
+            # overshot (the metric, the rows' spread, underestimates the curvature far from
+            # the mode, e.g. of a scale parameter). Go back to a quarter of it; this point's
+            # releases only told us so (the metric keeps its last value).
+            step, last_slope = 0.25 * step, 0.25 * last_slope
+            x = x_prev + step
+            sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))  # average anew
+        else:
+            chol = new_chol
+            precision = n_hat * fisher + _prior_precision(prior_hess)
+            step = np.linalg.solve(precision, ascent)
+            last_slope, x_prev = float(ascent @ step), x
+            x = x + step
+        if k in averaged or sum_w == 0.0 and k == len(schedule) - 1:
+            sum_w += mu_grad**2
+            sum_wx += mu_grad**2 * x
+            sum_wprec += mu_grad**2 * precision
+    return sum_wx / sum_w, sum_wprec / sum_w
 
 
 def private_warm_start(
@@ -190,7 +373,7 @@ def private_warm_start(
     *,
     mu: float,
     ledger: Any,
-    clip: float = 1.0,
+    clip: float | str = "auto",
     steps: int = 8,
     neighbours: str = "substitute",
     noise_rng: np.random.Generator | None = None,
@@ -207,10 +390,14 @@ def private_warm_start(
     ledger : object
         A privacy ledger with ``try_spend(mu2) -> bool``; every release's cost is committed
         to it before the data are evaluated.
-    clip : float, default 1.0
-        L2 clip ``C`` of each per-datapoint gradient (on the unconstrained space).
+    clip : float or "auto", default "auto"
+        Clip of each per-datapoint gradient's length in the metric of the estimated
+        per-datapoint Fisher information (:func:`warm_start_clips`; released, so public):
+        ``"auto"`` is the 99.9% quantile of that length at the mode (``sqrt`` of the
+        ``chi^2_d`` quantile), which needs no knowledge of the data's scale.
     steps : int, default 8
-        Fisher-scoring steps (two releases each).
+        Fisher-scoring steps (two releases each, one more in the first step, two more under
+        add/remove-one).
     neighbours : {"substitute", "add_remove"}
     noise_rng : numpy.random.Generator, optional
         Source of the privacy noise; a fresh OS-entropy generator by default (pass a seeded
@@ -231,53 +418,43 @@ def private_warm_start(
     """
     model = pm.modelcontext(model)
     mu = check_real("mu", mu, low=0.0, low_open=True)
-    clip = check_real("clip", clip, low=0.0, low_open=True)
+    if not (isinstance(clip, str) and clip == "auto"):
+        clip = check_real("clip", clip, low=0.0, low_open=True)
     steps = check_integer("steps", steps, low=1)
     check_ledger(ledger)
     check_choice("neighbours", getattr(neighbours, "value", neighbours), NEIGHBOUR_NAMES)
-    factor = Neighbours.parse(neighbours).factor
-    grad_sens = factor * clip
-    # Substitute: sqrt(2) C^2 (see the module notes); add/remove: C^2.
-    outer_sens = (math.sqrt(2.0) if factor == 2.0 else 1.0) * clip**2
+    relation = Neighbours.parse(neighbours)
     noise = np.random.default_rng() if noise_rng is None else noise_rng
 
     point = model.initial_point()
     value_vars = list(model.value_vars)
-    adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
-    n = validate_model(model, value_vars, add_remove=adds)
+    n = validate_model(model, value_vars, add_remove=relation is Neighbours.ADD_REMOVE)
     check_model_data(model)  # NaN, inf, values outside the support: before any spend
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)
 
     spent = GDPAccountant()  # what this warm start committed, release by release
-    schedule = warm_start_schedule(float(mu), int(steps))
-    # Near the mode each iterate's error is the last step's noise alone (independent across
-    # steps), so the last half of the iterates are averaged, weighted by their precision.
-    averaged = range(len(schedule) // 2, len(schedule))
-    sum_w, sum_wx, sum_wprec = 0.0, np.zeros(x.size), np.zeros((x.size, x.size))
-    for k, (mu_grad, mu_curv) in enumerate(schedule):
-        # Commit both releases of this step before the data are evaluated.
-        for release_mu in (mu_grad, mu_curv):
-            if not ledger.try_spend(release_mu**2):
-                raise WarmStartRefused(
-                    "The privacy ledger refused a warm-start release; lower `warm_start`."
-                )
-            spent.spend(release_mu)
-        clipped = _clip_rows(_per_datapoint_gradients(lik, x, n), clip)
-        grad = clipped.sum(axis=0) + (grad_sens / mu_grad) * noise.standard_normal(x.size)
-        curv = _release_outer(clipped, outer_sens / mu_curv, noise)
-        del clipped  # exact per-datapoint values: not kept past the releases
-        prior_grad, prior_hess = prior(x)
-        precision = _psd_precision(curv, outer_sens / mu_curv, prior_hess)
-        x = x + np.linalg.solve(precision, grad + prior_grad)
-        if k in averaged:
-            sum_w += mu_grad**2
-            sum_wx += mu_grad**2 * x
-            sum_wprec += mu_grad**2 * precision
 
-    x = sum_wx / sum_w
-    covariance = np.linalg.inv(sum_wprec / sum_w)
+    def commit(release_mu: float) -> None:
+        if not ledger.try_spend(release_mu**2):
+            raise WarmStartRefused(
+                "The privacy ledger refused a warm-start release; lower `warm_start`."
+            )
+        spent.spend(release_mu)
+
+    x, precision = fisher_scoring(
+        lambda at: _per_datapoint_gradients(lik, at, n),
+        prior,
+        x,
+        n,
+        schedule=warm_start_schedule(float(mu), int(steps)),
+        neighbours=relation,
+        clip=clip,
+        noise=noise,
+        commit=commit,
+    )
+    covariance = np.linalg.inv(precision)
     covariance = 0.5 * (covariance + covariance.T)
     initvals, start = {}, 0
     for v in value_vars:

@@ -149,8 +149,22 @@ def check_contamination(res: dict) -> None:
         assert rows["clipped"]["clipped"] > 0.15, eps
 
 
+def check_gauss(res: dict) -> None:
+    assert len(res) >= 1
+    for eps, rows in res.items():
+        assert set(rows) == {"defaults", "oracle"}, eps
+        for method, row in rows.items():
+            assert _positive(row["mean_err_sd"]) and _positive(row["sd_ratio"]), (eps, method)
+        assert rows["defaults"]["epsilon_spent"] <= float(eps) * (1 + 1e-9)
+        assert 0.0 < rows["oracle"]["accept"] < 1.0
+        # Quick mode (n = 1e4, 2 x 300 steps, one unseeded run): the private warm start lands
+        # within a few posterior sd (before the scale-free warm start: tens of sd).
+        assert rows["defaults"]["warm_start_err_sd"] < 10.0, rows["defaults"]
+
+
 CHECKS = {
     "accounting": check_accounting,
+    "gauss": check_gauss,
     "contamination": check_contamination,
     "utility": check_utility,
     "expfam": check_expfam,

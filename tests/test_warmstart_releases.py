@@ -1,0 +1,204 @@
+"""The warm start's releases in a released metric: each claimed sensitivity against the exact
+change under a worst-case neighbour (one row replaced, added or removed), cases where a wrong
+claim must fail, and Fisher scoring landing on an anisotropic conjugate Gaussian."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.warmstart import fisher_scoring, warm_start_clips, warm_start_schedule
+from pymc_penalty.warmstart_releases import (
+    LOG_CLIP,
+    clipped_whitened,
+    gradient_sensitivity,
+    log_scale_sensitivity,
+    log_scale_sum,
+    outer_sensitivity,
+    pair_differences,
+    pair_outer_sum,
+)
+
+SUB, ADD = Neighbours.SUBSTITUTE, Neighbours.ADD_REMOVE
+D = 4
+
+
+def _anisotropic_chol(rng: np.random.Generator, d: int = D) -> np.ndarray:
+    """A metric whose scales span 1e-2 to 1e2 in a random rotation."""
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    metric = q @ np.diag(np.geomspace(1e-4, 1e4, d)) @ q.T
+    return np.linalg.cholesky(metric)
+
+
+def _adversaries(rng: np.random.Generator, chol: np.ndarray) -> list[np.ndarray]:
+    """Rows an adversary would pick: huge along each metric axis and raw axis, zero, and
+    random ones at every scale."""
+    d = chol.shape[0]
+    rows = [np.zeros(d)]
+    for j in range(d):
+        rows += [1e6 * chol[:, j], -1e6 * chol[:, j], 1e6 * np.eye(d)[j], 1e307 * np.eye(d)[j]]
+    rows += [10.0**k * rng.normal(size=d) for k in range(-4, 7)]
+    return rows
+
+
+def _neighbours(data: np.ndarray, relation: Neighbours, rng: np.random.Generator):
+    """Every worst-case neighbour of ``data`` at rows 0, 1 and a middle row."""
+    n = data.shape[0]
+    out = []
+    for i in (0, 1, n // 2):
+        if relation is SUB:
+            for row in _adversaries(rng, np.eye(data.shape[1])) + [data[i ^ 1]]:
+                other = data.copy()
+                other[i] = row
+                out.append(other)
+        else:
+            out.append(np.delete(data, i, axis=0))
+            for row in _adversaries(rng, np.eye(data.shape[1])):
+                out.append(np.insert(data, i, row, axis=0))
+    return out
+
+
+def _stats(data: np.ndarray, relation: Neighbours, chol: np.ndarray, clip: float) -> dict:
+    diffs = pair_differences(data, relation)
+    return {
+        "gradient": clipped_whitened(data, chol, clip).sum(axis=0),
+        "outer": pair_outer_sum(diffs, chol, clip),
+        "sign": pair_outer_sum(diffs, None, None),
+        "log_scale": np.array([log_scale_sum(diffs, chol)]),
+    }
+
+
+def _claims(relation: Neighbours, clip: float) -> dict:
+    return {
+        "gradient": gradient_sensitivity(clip, relation),
+        "outer": outer_sensitivity(clip, relation),
+        "sign": outer_sensitivity(None, relation),
+        "log_scale": log_scale_sensitivity(relation),
+    }
+
+
+@pytest.mark.parametrize("relation", [SUB, ADD])
+def test_claimed_sensitivities_bound_the_worst_case_neighbour(relation):
+    rng = np.random.default_rng(3)
+    chol = _anisotropic_chol(rng)
+    clip = 2.5
+    # Rows at every scale, so that some are clipped in the metric and some are not.
+    data = rng.normal(size=(41, D)) * np.geomspace(1e-3, 1e3, D)
+    data[7] = data[6]  # a zero difference: log-scale term at -LOG_CLIP
+    # Equal neighbours around the middle: inserting a huge row between them (add/remove-one)
+    # adds two aligned saturated chain terms where a zero one was.
+    data[19] = data[20]
+    base = _stats(data, relation, chol, clip)
+    claims = _claims(relation, clip)
+    worst = dict.fromkeys(claims, 0.0)
+    for other in _neighbours(data, relation, rng):
+        for name, value in _stats(other, relation, chol, clip).items():
+            # Frobenius norm for matrices = L2 norm of the released isometric vector.
+            worst[name] = max(worst[name], float(np.linalg.norm(value - base[name])))
+    for name, claim in claims.items():
+        assert worst[name] <= claim * (1 + 1e-9), (name, worst[name], claim)
+        # The adversaries come close to the claim: it is not loose by construction.
+        assert worst[name] >= 0.7 * claim, (name, worst[name], claim)
+
+
+def test_a_raw_unit_claim_fails_under_an_anisotropic_metric():
+    """Clipping a row to length C in the metric bounds its whitened contribution by C, not
+    its raw contribution: a raw-unit claim (2C on the raw gradient sum) must fail."""
+    rng = np.random.default_rng(4)
+    chol = _anisotropic_chol(rng)
+    clip = 1.0
+    data = rng.normal(size=(20, D))
+    _, _, vt = np.linalg.svd(chol)
+    steep = 1e6 * chol @ vt[0]  # whitened: along the metric's largest raw stretch
+    other = data.copy()
+    other[0] = steep
+    raw = [chol @ clipped_whitened(x, chol, clip).sum(axis=0) for x in (data, other)]
+    assert np.linalg.norm(raw[1] - raw[0]) > 10 * gradient_sensitivity(clip, SUB)
+    white = [clipped_whitened(x, chol, clip).sum(axis=0) for x in (data, other)]
+    assert np.linalg.norm(white[1] - white[0]) <= gradient_sensitivity(clip, SUB)
+
+
+def test_the_substitute_claim_fails_for_the_add_remove_chain():
+    """Removing the middle of three rows changes two chain terms and adds one: with the two
+    removed terms aligned and the added one zero, the change is 2 C^2 > sqrt(2) C^2 (the
+    substitute claim), and the log-scale change is 3 LOG_CLIP > 2 LOG_CLIP."""
+    clip = 1.0
+    data = np.array([[0.0, 0.0], [1e8, 0.0], [0.0, 0.0]])
+    removed = np.delete(data, 1, axis=0)
+    eye = np.eye(2)
+    change = np.linalg.norm(
+        pair_outer_sum(pair_differences(data, ADD), eye, clip)
+        - pair_outer_sum(pair_differences(removed, ADD), eye, clip)
+    )
+    assert change == pytest.approx(2.0 * clip**2)
+    assert change > outer_sensitivity(clip, SUB)
+    assert change <= outer_sensitivity(clip, ADD)
+    log_change = abs(
+        log_scale_sum(pair_differences(data, ADD), eye)
+        - log_scale_sum(pair_differences(removed, ADD), eye)
+    )
+    assert log_change == pytest.approx(3.0 * LOG_CLIP)
+    assert log_change > log_scale_sensitivity(SUB)
+
+
+def test_auto_clip_is_the_chi2_quantile():
+    c_grad, c_diff = warm_start_clips("auto", 10)
+    assert c_grad**2 == pytest.approx(stats.chi2.isf(1e-3, 10))
+    assert c_diff == pytest.approx(math.sqrt(2.0) * c_grad)
+    assert warm_start_clips(3.0, 10) == pytest.approx((3.0, 3.0 * math.sqrt(2.0)))
+
+
+def _gauss(n: int, d: int, seed: int):
+    """Known-covariance Gaussian likelihood, scales 0.1 to 10 in a random rotation, prior
+    N(0, 10^2): the exact posterior mean and covariance."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    cov = q @ np.diag(np.geomspace(0.1, 10.0, d) ** 2) @ q.T
+    x = rng.multivariate_normal(rng.normal(size=d), cov, size=n)
+    prec_x = np.linalg.inv(cov)
+    post_cov = np.linalg.inv(n * prec_x + np.eye(d) / 100.0)
+    post_mean = post_cov @ (prec_x @ x.sum(axis=0))
+    return x, prec_x, post_mean, post_cov
+
+
+@pytest.mark.parametrize("relation", [SUB, ADD])
+def test_fisher_scoring_lands_on_an_anisotropic_gaussian(relation):
+    """From 0, far from the mode along the steep directions (about 10 posterior sd per row
+    unit), eight steps land within the noise of the last half of the gradient releases:
+    per coordinate, in posterior sd, sd = factor C / sqrt(n sum mu_grad^2) (``factor`` 2 or
+    1). The estimated covariance matches the exact one within 15% in every direction."""
+    n, d, mu, steps = 20_000, 5, 1.0, 8
+    x, prec_x, post_mean, post_cov = _gauss(n, d, seed=11)
+    schedule = warm_start_schedule(mu, steps)
+    c_grad, _ = warm_start_clips("auto", d)
+    last = sum(g**2 for g, _ in schedule[steps // 2 :])
+    err_sd = relation.factor * c_grad / math.sqrt(n * last)
+    spent = []
+    z = []
+    for seed in range(4):
+        mode, precision = fisher_scoring(
+            lambda at: (x - at) @ prec_x,
+            lambda at: (-at / 100.0, -np.eye(d) / 100.0),
+            np.zeros(d),
+            n,
+            schedule=schedule,
+            neighbours=relation,
+            clip="auto",
+            noise=np.random.default_rng(seed),
+            commit=spent.append,
+        )
+        z.append((mode - post_mean) / np.sqrt(np.diag(post_cov)) / err_sd)
+        chol = np.linalg.cholesky(post_cov)
+        inv = np.linalg.inv(chol)
+        ratio = np.linalg.eigvalsh(inv @ np.linalg.inv(precision) @ inv.T)
+        assert np.all(np.abs(ratio - 1.0) < 0.15), ratio
+    z = np.concatenate(z)
+    # Errors consistent with the predicted noise (chi-square over 4 x d coordinates).
+    assert stats.chi2.sf(float(np.sum(z**2)), df=z.size) > 1e-3, z
+    extra = 1 if relation is SUB else 2  # the first step's scale (and noisy count) releases
+    assert len(spent) == 4 * (2 * steps + extra)
+    assert math.isclose(math.sqrt(sum(m**2 for m in spent[: 2 * steps + extra])), mu)
