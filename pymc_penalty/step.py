@@ -665,14 +665,14 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         diff = np.asarray(x1, dtype=np.float64) - x0
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
 
-    def _current(self, x0: np.ndarray) -> tuple[PenaltyState, bool]:
-        """The state at ``x0`` from the cache, and whether the cache must be rebuilt first
-        (then its log prior is NaN until :meth:`_evaluate` rebuilds it)."""
-        stale = not self._lik.holds(x0)
-        if stale:
-            self._lik.check_layout()  # shapes only: before anything is spent
-        logprior = math.nan if stale else self._lik.current_logprior
-        return PenaltyState(x0, logprior), stale
+    def _current(self, x0: np.ndarray) -> PenaltyState:
+        """The state at ``x0`` from the cache; when the cache holds another state (or other
+        data), its layout is checked (shapes only, before anything is spent) and the log
+        prior is NaN, the mark :meth:`_evaluate` rebuilds the cache on once the budget is paid."""
+        if self._lik.holds(x0):
+            return PenaltyState(x0, self._lik.current_logprior)
+        self._lik.check_layout()
+        return PenaltyState(x0, math.nan)
 
     def _evaluate(self, state: PenaltyState, x1: np.ndarray, bound: float) -> tuple:
         """After the budget is committed: (current state, proposal state, clipped sums,
@@ -724,7 +724,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         x1, length = self._propose(x0)
         noise, release, count_sd = self._step_noise(length)
         stats = self._step_stats(x1)
-        state, _ = self._current(x0)
+        state = self._current(x0)
         charge = None if self.ledger is None else self.ledger.try_spend
         new, info = transition(
             self.rng, state, x1, noise, release, charge=charge, penalty=self._apply_penalty
