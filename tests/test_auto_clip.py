@@ -76,8 +76,15 @@ def test_auto_clip_finds_a_clip_that_clips_about_the_target_fraction():
 def test_auto_clip_is_reset_with_the_proposal_and_frozen_without_tuning():
     model = _logistic(500)
     with model:
+        # Proposal sd 1 (not the 1/sqrt(n) default): the starting clip then clips most of the
+        # 500 rows, so tuning must move it (from the default start it may rightly stay put).
         step = PenaltyMetropolis(
-            epsilon=10.0, delta=1e-5, plan=RunPlan(50, 100, 1), clip="auto", clip_mode="metric"
+            epsilon=10.0,
+            delta=1e-5,
+            plan=RunPlan(50, 100, 1),
+            clip="auto",
+            clip_mode="metric",
+            S=np.ones(2),
         )
     start = step.clip
     _run(model, step, 50, 100)
