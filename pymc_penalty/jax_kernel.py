@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.likelihood import per_datapoint_terms
+from pymc_penalty.mechanism import release_noise
 from pymc_penalty.rewrites import LIFT_UNARY_THROUGH_SWITCH
-from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+from pymc_penalty.sensitivity import ClipMode, Neighbours
 from pymc_penalty.validation import InvalidArgumentError
 
 __all__ = ["VARIADIC_REDUCE_ROWS", "DeviceChain", "import_jax", "model_function"]
@@ -125,17 +125,20 @@ class DeviceChain:
         import jax.numpy as jnp
 
         self._jax = jax
-        mu_ll, mu_count = split_step_mu(step_mu, clip_count_share)
-        count_sd = 1.0 / mu_count if mu_count > 0 else math.inf
+        # The count's noise does not depend on the move: mechanism.release_noise at length 0.
+        count_sd = release_noise(
+            1.0, clip_mode, neighbours, 0.0, mu=step_mu, count_share=clip_count_share
+        ).count_sd
 
         def body(carry: tuple, inputs: tuple) -> tuple:
             (chol, scaling, clip), x, ll, logprior = carry
             z, log_u, noise = inputs
             move = scaling * (chol @ z)
             x1 = x + move
-            bound = clip_bound(clip, clip_mode, _step_length(jnp, clip_mode, move, chol))
-            delta = l2_sensitivity(bound, neighbours)
-            sigma = delta / mu_ll
+            length = _step_length(jnp, clip_mode, move, chol)
+            bound, delta, sigma, _, _ = release_noise(
+                clip, clip_mode, neighbours, length, mu=step_mu, count_share=clip_count_share
+            )
             ll1, logprior1 = model_fn(x1)
             # As PenaltyLikelihood: ratios clipped to [-B, B]; a NaN ratio fails `inside` and
             # is not > 0, so it counts as clipped at -B.

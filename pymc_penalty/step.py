@@ -9,32 +9,17 @@ carry no data and are exact.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
-from copy import deepcopy
-from dataclasses import field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence, StepMethodState
-from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalProposal
-from pymc.step_methods.state import dataclass_state
+from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
-from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
-from pymc_penalty.adaptation import (
-    ADAPT_MODES,
-    PROPOSAL_KINDS,
-    ClipAdapter,
-    ProposalAdapter,
-    clip_target_fraction,
-    starting_clip,
-    starting_sd,
-)
-from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
+from pymc_penalty.budget import RunPlan, available_mu, calibrate
 from pymc_penalty.kernel import (
     PenaltyState,
     Release,
@@ -45,236 +30,51 @@ from pymc_penalty.kernel import (
 )
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.mechanism import release_noise
 from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
-from pymc_penalty.sensitivity import (
-    ClipMode,
-    Neighbours,
-    clip_bound,
-    l2_sensitivity,
-    step_length,
+from pymc_penalty.sensitivity import ClipMode, Neighbours, step_length
+from pymc_penalty.step_setup import (
+    CLIP_STAT,
+    DEFAULT_PLAN,
+    PROPOSAL_STAT,
+    Ledger,
+    NotPrivateWarning,
+    UnpublishedResultWarning,
+    check_blocked,
+    check_noise_arguments,
+    check_proposal_options,
+    declare_clip_stat,
+    declare_proposal_stat,
+    resolve_adapt_window,
+    warn_data_deterministics,
+    warn_not_private,
 )
-from pymc_penalty.validation import (
-    InvalidArgumentError,
-    check_integer,
-    check_model_data,
-    check_step_arguments,
+from pymc_penalty.step_tuning import (
+    ClippedPenaltyState,
+    PenaltyMetropolisState,
+    TuningMixin,
+    progressbar_config,
+    progressbar_update_functions,
+    starting_proposal,
 )
+from pymc_penalty.validation import check_model_data, check_step_arguments
 
 __all__ = [
     "DEFAULT_PLAN",
     "PROPOSAL_STAT",
+    "Ledger",
     "NotPrivateWarning",
     "PenaltyMetropolis",
+    "PenaltyMetropolisState",
     "UnpublishedResultWarning",
+    "check_blocked",
     "declare_proposal_stat",
+    "resolve_adapt_window",
 ]
 
-#: Name of the sample statistic that records each step's proposal.
-PROPOSAL_STAT = "proposal"
 
-
-#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults for draws and
-#: tuning steps, and 4 chains (``pm.sample`` runs ``max(2, min(4, CPU cores))`` by default).
-DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=4)
-
-
-class NotPrivateWarning(UserWarning):
-    """The step is configured so that its output carries no privacy guarantee."""
-
-
-class UnpublishedResultWarning(NotPrivateWarning):
-    """``pm.sample``'s result still holds the data until :func:`pymc_penalty.finalize`.
-
-    Raised when a budgeted :class:`PenaltyMetropolis` is constructed. PyMC has no hook that
-    runs after sampling, so the ``InferenceData`` it returns keeps ``observed_data``,
-    ``constant_data``, ``log_likelihood`` and data-dependent Deterministics, and carries no
-    privacy report; only what ``pymc_penalty.finalize(idata, step)`` returns is private.
-    :func:`pymc_penalty.sample` finalizes its result itself and does not raise it.
-    """
-
-
-class Ledger(Protocol):
-    """What the step needs from a privacy ledger."""
-
-    def try_spend(self, mu2: float) -> bool:
-        """Commit the cost ``mu2`` of one release; False (nothing committed) if over budget."""
-
-
-def _check_positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
-    if value is None:
-        if allow_none:
-            return
-        raise ValueError(f"`{name}` is required.")
-    try:
-        fval = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a finite positive number.") from None
-    if not np.isfinite(fval) or fval <= 0.0:
-        raise ValueError(f"`{name}` must be a finite positive number, in (0, inf).")
-
-
-def _budget_number(name: str, value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        accepted = "(0, inf)" if name == "epsilon" else "(0, 1)"
-        raise ValueError(f"`{name}` must be a real number in {accepted}.") from None
-
-
-def _parse_budget(
-    epsilon: Any, delta: Any, plan: Any, mu: Any, noise_sd: Any
-) -> tuple[PrivacyBudget | None, RunPlan | None]:
-    """Check that exactly one noise specification is given; return the budget and plan."""
-    given = [
-        name
-        for name, present in (
-            ("a budget (`epsilon`, `delta`)", epsilon is not None or delta is not None),
-            ("`mu`", mu is not None),
-            ("`noise_sd`", noise_sd is not None),
-        )
-        if present
-    ]
-    if len(given) != 1:
-        raise ValueError(
-            "Give exactly one of a budget (`epsilon` in (0, inf) and `delta` in (0, 1)), `mu` "
-            "(per-step Gaussian-DP parameter) and `noise_sd` (fixed noise sd); got "
-            + (" and ".join(given) if given else "none")
-            + "."
-        )
-    if epsilon is None and delta is None:
-        if plan is not None:
-            raise ValueError("`plan` is used only with a budget (`epsilon` and `delta`).")
-        return None, None
-    if epsilon is None or delta is None:
-        raise ValueError("A budget needs both `epsilon` (in (0, inf)) and `delta` (in (0, 1)).")
-    budget = PrivacyBudget(_budget_number("epsilon", epsilon), _budget_number("delta", delta))
-    if plan is None:
-        plan = DEFAULT_PLAN
-    elif not isinstance(plan, RunPlan):
-        raise ValueError("`plan` must be a pymc_penalty.RunPlan(draws, tune, chains).")
-    return budget, plan
-
-
-def check_blocked(blocked: Any) -> None:
-    """Refuse ``blocked=False`` with the reason (one release per step for all variables).
-
-    Raises
-    ------
-    InvalidArgumentError
-    """
-    if not blocked:
-        raise InvalidArgumentError(
-            "`blocked` must be True: a penalty step makes one private release per step, for a "
-            "move of all its variables together. With blocked=False PyMC would run one step "
-            "per variable, each a release of the same data: that many times the privacy cost "
-            "per draw. Sample all free variables with one penalty step."
-        )
-
-
-#: Default length of the first covariance-adaptation window (``adapt_window``).
-DEFAULT_ADAPT_WINDOW = 100
-
-
-def resolve_adapt_window(adapt_window: Any, tune_interval: Any) -> int:
-    """The adaptation window from ``adapt_window`` or its deprecated name ``tune_interval``.
-
-    In ``pm.Metropolis``, ``tune_interval`` is the number of steps between updates of the
-    scaling; in the penalty steps it has always been the length of the first
-    covariance-adaptation window (windows then double, and the scaling adapts every step),
-    so it is renamed ``adapt_window``. ``tune_interval`` still works, with a
-    ``FutureWarning``, and means what it meant.
-
-    Raises
-    ------
-    InvalidArgumentError
-        Both given, or the value given is not an integer >= 1 (naming the argument).
-    """
-    if tune_interval is None:
-        return check_integer(
-            "adapt_window", DEFAULT_ADAPT_WINDOW if adapt_window is None else adapt_window, low=1
-        )
-    if adapt_window is not None:
-        raise InvalidArgumentError(
-            "Give `adapt_window` only: `tune_interval` is its deprecated name."
-        )
-    window = check_integer("tune_interval", tune_interval, low=1)
-    warnings.warn(
-        "`tune_interval` is renamed `adapt_window` (the length of the first covariance-"
-        "adaptation window; windows then double, and the scaling adapts every step). In "
-        "pm.Metropolis `tune_interval` means the steps between scaling updates, which is not "
-        "what it does here. It will be removed in a future release.",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return window
-
-
-def _check_budget_ledger(ledger: Any, budget: PrivacyBudget) -> None:
-    """A ledger passed with a budget must enforce at most that budget."""
-    if not all(hasattr(ledger, name) for name in ("budget_mu", "budget_mu2", "remaining_mu2")):
-        raise ValueError(
-            "`ledger` given with a budget must be a pymc_penalty.PrivacyLedger (it is read for "
-            "what is left to spend)."
-        )
-    if float(ledger.budget_mu) > budget.mu * (1.0 + 1e-12):
-        raise ValueError(
-            "`ledger`'s budget is larger than the step's (`epsilon`, `delta`): the step could "
-            "then spend more than its budget. Use a ledger created with budget.mu, or omit "
-            "`ledger`."
-        )
-
-
-#: Sample statistic holding the clip constant when it is found in tuning (``clip="auto"``).
-CLIP_STAT = "dp_clip"
-
-
-def declare_proposal_stat(step: Any, size: int) -> None:
-    """Give the step's ``proposal`` statistic its length (the raveled parameter size).
-
-    The proposal is the current state plus a move drawn from the step's own generator (no data
-    enter it), so recording it releases nothing new; :mod:`pymc_penalty.recycling` uses it.
-    PyMC's default (NDArray) trace stores a non-scalar statistic only with dtype ``object``;
-    its InferenceData conversion stacks the entries into a float array with dims
-    ``(chain, draw, proposal_dim_0)``.
-    """
-    _declare_stat(step, PROPOSAL_STAT, object, [int(size)])
-
-
-def declare_clip_stat(step: Any) -> None:
-    """Add the ``dp_clip`` statistic: the clip constant in force at each step (public, found
-    from released counts), so the tuned value is in the trace of every chain and process."""
-    _declare_stat(step, CLIP_STAT, np.float64, [])
-
-
-def _declare_stat(step: Any, name: str, dtype: Any, shape: list) -> None:
-    """Add (or reshape) one statistic of this step instance."""
-    shapes = dict(step.stats_dtypes_shapes)
-    shapes[name] = (dtype, shape)
-    step.stats_dtypes_shapes = shapes
-    step.stats_dtypes = [{key: dt for key, (dt, _) in shapes.items()}]
-
-
-@dataclass_state
-class PenaltyMetropolisState(StepMethodState):
-    """Sampling state of :class:`PenaltyMetropolis` (privacy noise is deliberately absent)."""
-
-    adapter: ProposalAdapter
-    tune: bool
-    _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
-
-
-@dataclass_state
-class ClippedPenaltyState(PenaltyMetropolisState):
-    """Sampling state of a clipping penalty step: the proposal's, plus the clip and its
-    adaptation (``clip="auto"``)."""
-
-    clip: float | None
-    clip_adapter: ClipAdapter | None
-    _untuned_clip_adapter: ClipAdapter | None = field(metadata={"frozen": False})
-
-
-class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
+class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     """Metropolis-Hastings with differentially private moves (the penalty algorithm).
 
     The log-likelihood difference between the proposal and the current point is computed as a
@@ -466,29 +266,9 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             tune_interval=adapt_window,
             scaling=scaling,
         )
-        budget, plan = _parse_budget(epsilon, delta, plan, mu, noise_sd)
-        _check_positive("noise_sd", noise_sd, allow_none=True)
-        _check_positive("mu", mu, allow_none=True)
+        budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
-        if mu is not None and clip is None:
-            raise ValueError("`mu` needs a finite `clip`: with clip=None the sensitivity is inf.")
-        if budget is not None and clip is None:
-            raise ValueError(
-                "A budget (`epsilon`, `delta`) needs a finite `clip`: with clip=None the "
-                "sensitivity is inf."
-            )
-        if budget is not None and ledger is not None:
-            _check_budget_ledger(ledger, budget)
-        if adapt not in ADAPT_MODES:
-            raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
-        if proposal not in PROPOSAL_KINDS:
-            raise ValueError(f"`proposal` must be one of {PROPOSAL_KINDS}; got {proposal!r}.")
-        _check_positive("max_step", max_step, allow_none=True)
-        if proposal_dist not in (None, NormalProposal, MultivariateNormalProposal):
-            raise ValueError(
-                "`proposal_dist` must be pm.NormalProposal or pm.MultivariateNormalProposal: "
-                "the penalty test needs a symmetric proposal with a known density."
-            )
+        check_proposal_options(adapt, proposal, max_step, proposal_dist)
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -500,37 +280,15 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self._n = validate_model(model, vars, add_remove=adds)
         check_model_data(model)  # NaN, inf, values outside the support
         leaky = data_dependent_deterministics(model, self._n)
-        if leaky:
-            warnings.warn(
-                f"Deterministics {leaky} depend on data; pm.sample stores their exact values "
-                "in the trace. Remove them, or strip them before publishing the result.",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
+        warn_data_deterministics(leaky)
 
         size = sum(initial_point[v.name].size for v in vars)
-        if S is None:
-            S = np.ones(size)  # with clip="auto", replaced below once n's status is known
-            default_s = True
-        else:
-            default_s = False
-        S = np.asarray(S, dtype=np.float64)
-        if S.ndim == 1 and S.shape != (size,) or S.ndim == 2 and S.shape != (size, size):
-            raise ValueError(
-                f"`S` must have shape ({size},) (sds) or ({size}, {size}) (covariance)."
-            )
-        if S.ndim not in (1, 2) or not np.all(np.isfinite(S)):
-            raise ValueError("`S` must be a finite 1-D or 2-D array.")
-
         self.neighbours = Neighbours.parse(neighbours)
         self.clip_mode = ClipMode.parse(clip_mode)
         self.noise_sd = None if noise_sd is None else float(noise_sd)
         n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
-        if clip_auto:
-            clip = starting_clip(n_public, clip_target_fraction(n_public))
-            if default_s:
-                S = np.full(size, starting_sd(n_public))
-        self.clip = None if clip is None else float(clip)
+        S, clip = starting_proposal(S, size, clip, n_public)
+        self.clip = clip
         #: True when the clip constant is found in tuning from the released clipped counts.
         self.clip_auto = clip_auto
         self.clip_count_share = float(clip_count_share)
@@ -555,67 +313,16 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         self.mu = None if mu is None else float(mu)
         self.ledger = ledger
         self.private = self.clip is not None and not self.reproducible_noise
-        if budget is None and ledger is None:
-            warnings.warn(
-                "PenaltyMetropolis without a budget or a ledger is NOT differentially private "
-                "as a whole: its releases are unlimited and nothing composes them. Give "
-                "`epsilon` and `delta` instead of `mu` or `noise_sd`.",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-        if budget is not None:
-            warnings.warn(
-                "pm.sample's InferenceData from this step holds observed_data, constant_data, "
-                "log_likelihood and data-dependent Deterministics, and has no privacy report: "
-                "publish only what pymc_penalty.finalize(idata, step) returns.",
-                UnpublishedResultWarning,
-                stacklevel=2,
-            )
-        if self.clip is None:
-            warnings.warn(
-                "PenaltyMetropolis with clip=None is exact but NOT differentially private: "
-                "the sensitivity of the log-likelihood difference is unbounded.",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-        if self.reproducible_noise:
-            warnings.warn(
-                "reproducible_noise=True draws the privacy noise from a seeded generator: "
-                "the run is reproducible and NOT differentially private.",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-
-        self.tune = bool(tune)
-        adapter = ProposalAdapter.create(
-            S,
-            float(scaling),
-            adapt if tune else "none",
-            float(target_accept),
-            adapt_window,
-            kind=proposal,
-            max_step=np.inf if max_step is None else float(max_step),
+        warn_not_private(
+            budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
         )
-        self.adapter = adapter
-        self._untuned_adapter = deepcopy(adapter)
-        self.clip_adapter: ClipAdapter | None = None
-        if clip_auto and tune:
-            self.clip_adapter = ClipAdapter.create(
-                self.clip,
-                n_public,
-                math.inf,
-                max(adapt_window // 2, 1),
-                target_fraction=clip_target_fraction(n_public),
-                growth=1,  # short fixed windows; each change of the proposal's metric restarts one
-            )
-        self._untuned_clip_adapter = deepcopy(self.clip_adapter)
-        self._clip_chol = adapter.chol
-        # The last step's tuning update, applied at the start of the next step if it tunes.
-        self._pending_tuning: tuple | None = None
+
+        self._init_tuning(
+            S, scaling, tune, adapt, target_accept, adapt_window, proposal, max_step, n_public
+        )
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments
         )
-        self._apply_penalty = True  # turned off only by tests of statistical power
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)
         if clip_auto:
@@ -624,21 +331,19 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     # --- the step ------------------------------------------------------------------------
 
     def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
-        """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu)."""
-        bound = clip_bound(self.clip, self.clip_mode, step_length)
-        delta = l2_sensitivity(bound, self.neighbours)
-        share = self.clip_count_share
-        if self.mu is not None:
-            mu_ll, mu_count = split_step_mu(self.mu, share)
-            sigma = delta / mu_ll
-            count_sd = 1.0 / mu_count if mu_count > 0 else math.inf
-            return bound, delta, sigma, count_sd, self.mu
-        sigma = self.noise_sd
-        if not math.isfinite(delta):
-            return bound, delta, sigma, math.inf, math.inf
-        mu_ll = delta / sigma
-        count_sd = clip_count_noise_sd(mu_ll, share) if share > 0 else math.inf
-        return bound, delta, sigma, count_sd, step_mu_of_release(mu_ll, share)
+        """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu):
+        :func:`pymc_penalty.mechanism.release_noise` with this step's clip and noise."""
+        return tuple(
+            release_noise(
+                self.clip,
+                self.clip_mode,
+                self.neighbours,
+                step_length,
+                mu=self.mu,
+                noise_sd=None if self.mu is not None else self.noise_sd,
+                count_share=self.clip_count_share,
+            )
+        )
 
     def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
         """The step's noise (public inputs only), its release function (the one part a variant
@@ -700,16 +405,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         fraction = self._public_fraction(clipped_count, self._n)
         return Release(d_hat, proposal, float(clipped_count), float(fraction), state)
 
-    def _apply_pending_tuning(self) -> None:
-        """Adapt the proposal (and a found clip) to the previous step's released outcome."""
-        pending = self._pending_tuning
-        if pending is None:
-            return
-        x_new, accept_prob, accepted, count = pending
-        self.adapter.update(x_new, accept_prob, accepted)
-        if count is not None and self.clip_adapter is not None:
-            self._adapt_clip(*count)
-
     def _step_stats(self, x1: np.ndarray) -> dict[str, Any]:
         """The statistics of the proposal and the tuning, known before anything is released."""
         stats = {"scaling": self.adapter.scaling, PROPOSAL_STAT: x1.copy()}
@@ -726,9 +421,7 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         stats = self._step_stats(x1)
         state = self._current(x0)
         charge = None if self.ledger is None else self.ledger.try_spend
-        new, info = transition(
-            self.rng, state, x1, noise, release, charge=charge, penalty=self._apply_penalty
-        )
+        new, info = transition(self.rng, state, x1, noise, release, charge=charge)
         stats.update(info_stats(info))
         if not info.released:
             return q0, [stats]
@@ -740,30 +433,6 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 count = (info.clipped_count, count_sd)
             self._pending_tuning = (new.position.copy(), info.accept, info.accepted, count)
         return RaveledVars(new.position, q0.point_map_info), [stats]
-
-    def _adapt_clip(self, clipped_count: float, count_sd: float) -> None:
-        """Tuning: move the clip from the released (noisy) count, then follow the proposal's
-        metric when its Cholesky factor was re-estimated (a row's ratio per whitened step
-        scales with the factor's geometric mean). Post-processing of released values only."""
-        clip_adapter = self.clip_adapter
-        clip_adapter.update(clipped_count, count_sd)
-        chol = self.adapter.chol
-        if chol is not self._clip_chol:
-            d = chol.shape[0]
-            old = float(np.log(np.abs(np.diag(self._clip_chol))).sum())
-            new = float(np.log(np.abs(np.diag(chol))).sum())
-            clip_adapter.rescale(math.exp((new - old) / d))
-            self._clip_chol = chol
-        self.clip = clip_adapter.clip
-
-    def reset_tuning(self) -> None:
-        """Restore the proposal and, with ``clip="auto"``, the clip to their untuned state."""
-        super().reset_tuning()
-        self._pending_tuning = None
-        if self._untuned_clip_adapter is not None:
-            self.clip_adapter = deepcopy(self._untuned_clip_adapter)
-            self.clip = self.clip_adapter.clip
-        self._clip_chol = self.adapter.chol
 
     def _public_fraction(self, clipped_count: float, n: int) -> float:
         """The released clipped count as a fraction of the datapoints, where that count is
@@ -780,32 +449,5 @@ class PenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         """Never chosen automatically: privacy must be asked for explicitly."""
         return Competence.INCOMPATIBLE
 
-    @staticmethod
-    def _progressbar_config(n_chains: int = 1) -> tuple[list, dict[str, list]]:
-        from rich.progress import TextColumn
-        from rich.table import Column
-
-        columns = [
-            TextColumn("{task.fields[scaling]:0.3g}", table_column=Column("Scaling", ratio=1)),
-            TextColumn(
-                "{task.fields[accept_rate]:0.2f}", table_column=Column("Accept Rate", ratio=1)
-            ),
-            TextColumn("{task.fields[noise_sd]:0.3g}", table_column=Column("Noise sd", ratio=1)),
-        ]
-        stats = {
-            "scaling": [0.0] * n_chains,
-            "accept_rate": [0.0] * n_chains,
-            "noise_sd": [0.0] * n_chains,
-        }
-        return columns, stats
-
-    @staticmethod
-    def _make_progressbar_update_functions() -> tuple:
-        def update_stats(step_stats: dict[str, Any]) -> dict[str, float]:
-            return {
-                "scaling": step_stats["scaling"],
-                "accept_rate": step_stats["accept"],
-                "noise_sd": step_stats["dp_noise_sd"],
-            }
-
-        return (update_stats,)
+    _progressbar_config = staticmethod(progressbar_config)
+    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)

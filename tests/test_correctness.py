@@ -7,13 +7,17 @@ to near-independence (p > 1e-3) and ``|mean - truth| < 4 MCSE``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pymc as pm
 import pytest
 from conftest import _mcse, posterior_check, thinned
 from scipy import stats
 
+import pymc_penalty.step as step_module
 from pymc_penalty import PenaltyMetropolis
+from pymc_penalty.kernel import transition
 
 SAMPLE_KWARGS = dict(
     draws=4000, tune=1000, chains=4, cores=1, progressbar=False, compute_convergence_checks=False
@@ -57,9 +61,13 @@ MODELS["gamma_poisson"] = gamma_poisson
 
 
 def run_penalty(model, *, noise_sd, seed, penalty=True, **kwargs):
-    with model:
+    """Sample with the step; ``penalty=False`` drops the penalty term from the acceptance test
+    (the test of statistical power: the naive noisy test must be biased). The step module's
+    transition is swapped for the run, so production code carries no test switch (cores=1)."""
+    with model, pytest.MonkeyPatch.context() as patch:
+        if not penalty:
+            patch.setattr(step_module, "transition", partial(transition, penalty=False))
         step = PenaltyMetropolis(noise_sd=noise_sd, clip=None, reproducible_noise=True, **kwargs)
-        step._apply_penalty = penalty
         return pm.sample(step=step, random_seed=seed, **SAMPLE_KWARGS)
 
 

@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
-from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
 from pymc_penalty.kernel import PenaltyState, Release, StepNoise
-from pymc_penalty.sensitivity import clip_bound, l2_sensitivity
+from pymc_penalty.mechanism import release_noise
 from pymc_penalty.step import PenaltyMetropolis
 
 __all__ = ["MultiOwnerPenaltyMetropolis", "owner_report", "validate_owners"]
@@ -155,26 +154,22 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
 
     def _owner_noise(self, length: float) -> tuple[Any, ...]:
         """(B, Delta, sigma_j, count sd_j, mu_j against the owners, mu against an outsider)."""
-        bound = clip_bound(self.clip, self.clip_mode, length)
-        delta = l2_sensitivity(bound, self.neighbours)
-        share = self.clip_count_share
         n_own = self.n_owners
-        if self.mu is not None:
-            mu_ll, mu_count = split_step_mu(self.mu, share)
-            sigmas = np.full(n_own, delta / mu_ll)
-            count_sd = np.full(n_own, 1.0 / mu_count if mu_count > 0 else math.inf)
-            mu_owners = np.full(n_own, self.mu)
-        else:
-            sigmas = self._owner_sd.copy()
-            if not math.isfinite(delta):
-                inf = np.full(n_own, math.inf)
-                return bound, delta, sigmas, inf, inf, math.inf
-            mu_ll = delta / sigmas
-            if share > 0:
-                count_sd = np.array([clip_count_noise_sd(m, share) for m in mu_ll])
-            else:
-                count_sd = np.full(n_own, math.inf)
-            mu_owners = step_mu_of_release(mu_ll, share)
+        fixed = self.mu is None
+        bound, delta, sigma, count_sd, step_mu = release_noise(
+            self.clip,
+            self.clip_mode,
+            self.neighbours,
+            length,
+            mu=self.mu,
+            noise_sd=self._owner_sd.copy() if fixed else None,
+            count_share=self.clip_count_share,
+        )
+        sigmas, count_sd, mu_owners = (
+            np.broadcast_to(v, (n_own,)).astype(float) for v in (sigma, count_sd, step_mu)
+        )
+        if not math.isfinite(delta):
+            return bound, delta, sigmas, count_sd, mu_owners, math.inf
         # The outsider sees the sums: the likelihood release and the count release, each
         # under all owners' noise, composed.
         mu_ll_out = 0.0 if delta == 0.0 else delta / math.sqrt(float(np.sum(sigmas**2)))

@@ -1,0 +1,108 @@
+"""The mechanism of one penalty step: clip policy and neighbour relation to noise (pure NumPy).
+
+This is the only code that turns a step's clip (its constant, mode and the proposal's length
+in that mode), its neighbour relation and its noise specification (a per-step Gaussian-DP
+``mu`` or a fixed noise sd) into the numbers of one release:
+
+- ``bound`` B, the per-datapoint clip of the log-likelihood ratio
+  (:func:`pymc_penalty.sensitivity.clip_bound`);
+- ``sensitivity`` Delta, the L2 sensitivity of the clipped sum
+  (:func:`pymc_penalty.sensitivity.l2_sensitivity`);
+- ``sigma``, the sd of the Gaussian noise added to the clipped sum (what the acceptance test
+  of :func:`pymc_penalty.kernel.transition` subtracts half the square of);
+- ``count_sd``, the sd of the noise on the clipped count (``inf``: no count released);
+- ``step_mu``, the step's Gaussian-DP ``mu`` (likelihood and count releases composed), which
+  the ledger is charged.
+
+With a budget the step's ``mu`` is fixed (:func:`pymc_penalty.budget.calibrate`) and the
+noise follows the bound; with ``noise_sd`` the noise is fixed and ``mu`` follows. The
+owners variant passes one noise sd per owner (an array); everything else is scalar.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
+from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+
+__all__ = ["ReleaseNoise", "release_noise"]
+
+
+class ReleaseNoise(NamedTuple):
+    """The numbers of one step's release (see the module docstring); ``sigma``, ``count_sd``
+    and ``step_mu`` are arrays (one per owner) when ``mu`` or the noise sd was given as an
+    array."""
+
+    bound: float
+    sensitivity: float
+    sigma: float | np.ndarray
+    count_sd: float | np.ndarray
+    step_mu: float | np.ndarray
+
+
+def release_noise(
+    clip: float | None,
+    clip_mode: ClipMode,
+    neighbours: Neighbours,
+    length: float,
+    *,
+    mu: float | None = None,
+    noise_sd: float | np.ndarray | None = None,
+    count_share: float = 0.0,
+) -> ReleaseNoise:
+    """The bound, sensitivity and noise of one release.
+
+    Parameters
+    ----------
+    clip : float or None
+        The clip constant (None: no clipping, infinite sensitivity).
+    clip_mode : ClipMode
+        How the bound scales with the proposal's ``length``.
+    neighbours : Neighbours
+        The neighbour relation (substitute-one doubles the bound's sensitivity).
+    length : float
+        The proposal's length in the clip's metric (:func:`~pymc_penalty.sensitivity.step_length`).
+    mu : float or ndarray, optional
+        The step's Gaussian-DP ``mu`` (likelihood and count releases together; one per owner
+        as an array). Exactly one of ``mu`` and ``noise_sd`` is given. With ``mu`` the
+        arithmetic also traces under JAX (``length`` and ``clip`` may be traced values).
+    noise_sd : float or ndarray, optional
+        Fixed noise sd of the likelihood release (one per owner as an array).
+    count_share : float, default 0
+        Share in ``[0, 1)`` of the step's ``mu^2`` spent on the clipped count (0: no count).
+
+    Returns
+    -------
+    ReleaseNoise
+    """
+    if (mu is None) == (noise_sd is None):
+        raise ValueError("Give exactly one of `mu` and `noise_sd`.")
+    bound = clip_bound(clip, clip_mode, length)
+    delta = l2_sensitivity(bound, neighbours)
+    if mu is not None:
+        step_mu = _number(mu)
+        mu_ll, mu_count = split_step_mu(step_mu, count_share)
+        with np.errstate(divide="ignore"):
+            count_sd = _number(np.divide(1.0, mu_count))  # inf: no count released
+        return ReleaseNoise(bound, delta, delta / mu_ll, count_sd, step_mu)
+    sigma = noise_sd if np.ndim(noise_sd) else float(noise_sd)
+    if not math.isfinite(delta):
+        inf = np.full(np.shape(sigma), math.inf) if np.ndim(sigma) else math.inf
+        return ReleaseNoise(bound, delta, sigma, inf, inf)
+    mu_ll = delta / sigma
+    if count_share > 0:
+        count_sd = np.vectorize(clip_count_noise_sd, otypes=[float])(mu_ll, count_share)
+        count_sd = count_sd if np.ndim(sigma) else float(count_sd)
+    else:
+        count_sd = np.full(np.shape(sigma), math.inf) if np.ndim(sigma) else math.inf
+    return ReleaseNoise(bound, delta, sigma, count_sd, step_mu_of_release(mu_ll, count_share))
+
+
+def _number(value: Any) -> float | np.ndarray:
+    """A float for a scalar, a float array otherwise."""
+    value = np.asarray(value, dtype=np.float64)
+    return float(value) if value.ndim == 0 else value
