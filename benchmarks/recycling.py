@@ -12,11 +12,14 @@ Errors are against the exact posterior mean (Normal model, conjugate) or a long 
 (logistic model of ``benchmarks/_common.py``), averaged over coordinates:
 ``rmse`` is the root mean squared error over replicates, ``var_ratio`` the ratio of the
 across-replicate variances (recycled / plain), and ``ess_gain = 1 / var_ratio`` the factor by
-which recycling multiplies the effective sample size.
+which recycling multiplies the effective sample size; ``diff_z`` is the mean over replicates
+of recycled minus plain estimates in its standard errors (about N(0, 1): both estimate the
+chain's own mean).
 
 Run ``python benchmarks/recycling.py [--quick]``; it writes ``docs/benchmarks/recycling.md``
 and ``.png`` in full mode, and the last line is
-``RESULT {"<model>": {"rmse_plain", "rmse_recycled", "ratio", "var_ratio", "ess_gain"}}``.
+``RESULT {"<model>": {"rmse_plain", "rmse_recycled", "ratio", "var_ratio", "ess_gain",
+"diff_z", "accept"}}``.
 """
 
 from __future__ import annotations
@@ -131,12 +134,20 @@ def summarise(err: dict) -> dict:
     var_p = err["plain"].var(axis=0, ddof=1)
     var_r = err["recycled"].var(axis=0, ddof=1)
     var_ratio = float(np.mean(var_r) / np.mean(var_p))
+    # Recycled minus plain estimate of the same chain, averaged over replicates, in its
+    # standard errors, averaged over coordinates: recycling is unbiased for the chain's own
+    # mean, so this is about N(0, 1) whatever the reference's own error.
+    diff = err["recycled"] - err["plain"]
+    reps = diff.shape[0]
+    se = diff.std(axis=0, ddof=1) / np.sqrt(reps)
+    diff_z = float(np.mean(diff.mean(axis=0) / np.where(se > 0, se, np.inf)))
     return {
         "rmse_plain": rmse_p,
         "rmse_recycled": rmse_r,
         "ratio": rmse_r / rmse_p,
         "var_ratio": var_ratio,
         "ess_gain": 1.0 / var_ratio,
+        "diff_z": diff_z,
         "accept": err["accept"],
     }
 

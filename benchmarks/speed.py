@@ -417,6 +417,7 @@ def bench_size(
 
     out["numpy"] = best["numpy"]
     out["numpy_accept"] = loop.acceptance_rate
+    out["numpy_accept_steps"] = loop.n_steps
     if chain is not None:
         out["blackjax"] = best["blackjax"]
         out["blackjax_accept"] = chain.acceptance_rate
@@ -431,6 +432,7 @@ def bench_size(
         for what in ("sample", "step_loop", "compiled_call"):
             res[what] = best[f"{mode}/{what}"]
         res["sample_accept"] = float(np.mean(st["sample"]["accepted"]))
+        res["sample_accept_steps"] = st["sample"]["timed"]  # draws behind the mean (about)
         loop_state = st["step_loop"]
         res["step_loop_accept"] = loop_state["accepted"] / max(loop_state["steps"], 1)
     return out
@@ -712,6 +714,17 @@ def summarise(
             for n, r in results.items()
         },
         "ms_numpy": per_n("numpy"),
+        # The same chain (noise sd, no clip, proposal scale, start) as the default path: their
+        # acceptance rates must agree, or the two timings are not of the same algorithm.
+        "accept_same_chain": {
+            str(n): {
+                "numpy": r["numpy_accept"],
+                "numpy_steps": r["numpy_accept_steps"],
+                "default": r["modes"].get("C", {}).get("sample_accept"),
+                "default_steps": r["modes"].get("C", {}).get("sample_accept_steps"),
+            }
+            for n, r in results.items()
+        },
         "ms_penalty_sample": c.get("per_step_ms", {}),
         "ms_penalty_step_loop": c.get("step_loop_ms", {}),
         "ms_metropolis_per_draw": per_n("metropolis_per_draw"),

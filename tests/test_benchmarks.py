@@ -77,19 +77,37 @@ def check_recycling(res: dict) -> None:
     assert res, "no model measured"
     for model, row in res.items():
         assert _positive(row["rmse_plain"]) and _positive(row["rmse_recycled"]), model
-        assert row["ratio"] == pytest.approx(row["rmse_recycled"] / row["rmse_plain"], rel=1e-3)
-        assert row["ess_gain"] == pytest.approx(1 / row["var_ratio"], rel=1e-3)
         # Recycling averages out the accept/reject coin: it cannot add much variance.
         assert row["var_ratio"] < 1.1, model
+        # It estimates the chain's own mean: recycled minus plain estimates, averaged over the
+        # replicates, lie within 4.5 of their standard errors of 0 (a wrong weight fails).
+        assert abs(row["diff_z"]) < 4.5, (model, row["diff_z"])
+
+
+def _accept_rates_agree(p1: float, n1: int, p2: float, n2: int) -> bool:
+    """Two acceptance rates of the same chain agree within 5 binomial standard errors,
+    inflated 3x for the chains' autocorrelation."""
+    p = (p1 * n1 + p2 * n2) / (n1 + n2)
+    se = math.sqrt(max(p * (1 - p), 1e-4) * (1 / n1 + 1 / n2)) * 3.0
+    return abs(p1 - p2) < 5 * se
 
 
 def check_speed(res: dict) -> None:
-    for n, ratio in res["ratio_vs_numpy"].items():
-        # The ratio is the two timings measured in the same run, not a stored figure.
-        expected = res["ms_penalty_sample"][n] / res["ms_numpy"][n]
-        assert ratio == pytest.approx(expected, rel=1e-2), n
-        per_proposal = res["ms_penalty_sample"][n] / res["ms_metropolis_per_proposal"][n]
-        assert res["ratio_vs_metropolis_per_proposal"][n] == pytest.approx(per_proposal, rel=1e-2)
+    sizes = sorted(res["ms_numpy"], key=float)
+    for n in sizes:
+        # The default path and the NumPy reference run the same chain (noise sd 1, no clip,
+        # one proposal scale, one start): their acceptance rates must agree, else the
+        # ratio_vs_numpy compares two different algorithms.
+        a = res["accept_same_chain"][n]
+        assert a["default_steps"] >= 100 and a["numpy_steps"] >= 100, a
+        assert _accept_rates_agree(
+            a["default"], a["default_steps"], a["numpy"], a["numpy_steps"]
+        ), (n, a)
+    # The timed work reads the data: 10x the rows costs each path at least 1.5x the time
+    # (fixed costs included; measured 4.4x for the default path, 6x for NumPy).
+    small, large = sizes[0], sizes[-1]
+    for key in ("ms_penalty_sample", "ms_numpy", "ms_metropolis_per_proposal"):
+        assert res[key][large] > 1.5 * res[key][small], (key, res[key])
     for mode in ("C", "NUMBA"):
         assert all(_positive(v) for v in res["modes"][mode]["per_step_ms"].values()), mode
     assert "skipped" in res["modes"]["JAX"] or _positive(res["modes"]["JAX"]["per_step_ms"]["1000"])
@@ -102,14 +120,12 @@ def check_speed(res: dict) -> None:
     if "skipped" in bj:
         assert "pymc-penalty[bench]" in bj["skipped"]
     else:
-        for n, ratio in res["ratio_vs_blackjax"].items():
-            assert _positive(bj[n]) and 0.0 < res["blackjax_accept"][n] < 1.0, n
-            assert ratio == pytest.approx(res["ms_penalty_sample"][n] / bj[n], rel=1e-2), n
-        # The JAX backend's device chain, timed in the same rounds.
         jax_ms = res["ms_per_step"]["jax"]
-        for n, ratio in res["ratio_jax_vs_blackjax"].items():
+        for n in res["ratio_vs_blackjax"]:
+            assert _positive(bj[n]) and 0.0 < res["blackjax_accept"][n] < 1.0, n
+            # The JAX backend's device chain is the same penalty chain as the default path.
             assert _positive(jax_ms[n]) and 0.0 < res["jax_backend_accept"][n] < 1.0, n
-            assert ratio == pytest.approx(jax_ms[n] / bj[n], rel=1e-2), n
+        assert bj[large] > 1.5 * bj[small], bj
 
 
 def check_utility(res: dict) -> None:
