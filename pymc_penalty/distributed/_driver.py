@@ -1,0 +1,205 @@
+"""The driver's lockstep loop over steps, all chains at once (:func:`run_chains`), and the
+raw InferenceData it returns: per step it draws every chain's proposal, charges the run ledger
+for the step's worst case, sends all chains' points to every owner in one call, and runs the
+penalty test on the summed releases."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pymc as pm
+from pymc.blocking import DictToArrayBijection, RaveledVars
+from pymc.pytensorf import compile as pm_compile
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+
+from pymc_penalty.adaptation import ProposalAdapter
+from pymc_penalty.api import _step_report
+from pymc_penalty.budget import RunPlan
+from pymc_penalty.distributed._setup import Journal, RunConfig, owner_noise
+from pymc_penalty.distributed.pool import OwnerError, OwnerPool
+from pymc_penalty.kernel import (
+    INFO_STATS,
+    PenaltyState,
+    Release,
+    StepNoise,
+    info_stats,
+    transition,
+)
+from pymc_penalty.model_checks import data_dependent_deterministics
+from pymc_penalty.sensitivity import clip_bound, l2_sensitivity, step_length
+
+__all__ = ["DistributedSamplingError", "run_chains"]
+
+
+class DistributedSamplingError(OwnerError):
+    """An owner was lost or refused mid-run; the run stopped.
+
+    Attributes
+    ----------
+    run : str
+        The run id: pass it (with the same ledger paths) to
+        :func:`~pymc_penalty.distributed.sample` to resume.
+    step : int
+        The step id that did not complete.
+    privacy_report : dict
+        What the driver's ledger committed (the report of the stopped run).
+    """
+
+    def __init__(self, message: str, run: str, step: int, privacy_report: dict[str, Any]):
+        super().__init__(message)
+        self.run = run
+        self.step = step
+        self.privacy_report = privacy_report
+
+
+def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np.ndarray]):
+    """Log prior (Jacobians and Potentials included) of a raveled point: no data."""
+    prior = model.logp(vars=list(model.free_RVs) + list(model.potentials), jacobian=True)
+    shared = make_shared_replacements(point, value_vars, model)
+    [out], flat = join_nonshared_inputs(
+        point=point, outputs=[prior], inputs=list(value_vars), shared_inputs=shared
+    )
+    fn = pm_compile([flat], out)
+    return lambda x: float(fn(x))
+
+
+def run_chains(
+    pool: OwnerPool,
+    config: RunConfig,
+    journal: Journal,
+    header: dict[str, Any],
+    plan: RunPlan,
+    share: float,
+    model: pm.Model,
+    value_vars: list[Any],
+    x_init: RaveledVars,
+    S: np.ndarray,
+    *,
+    scaling: float,
+    adapt: str,
+    target_accept: float,
+    adapt_window: int,
+) -> az.InferenceData:
+    """The lockstep loop over steps, all chains at once; returns the raw InferenceData."""
+    chains, steps = plan.chains, plan.tune + plan.draws
+    owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
+    step_mu = float(owner_mu.max())
+    run = header["run"]
+    charged = journal.charged.get(run, set())
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(header["seed"]).spawn(chains)]
+    adapters = [
+        ProposalAdapter.create(S, scaling, adapt, target_accept, adapt_window)
+        for _ in range(chains)
+    ]
+    prior = _prior_fn(model, value_vars, model.initial_point())
+    xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
+    logpriors = np.array([prior(x) for x in xs])
+    trace = np.empty((chains, steps, xs.shape[1]))
+    names = ["scaling", *(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
+    stats = {name: np.zeros((chains, steps)) for name in names}
+    stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
+    stopped = False
+    for t in range(steps):
+        trace[:, t] = xs
+        if stopped:
+            continue
+        x1s = np.empty_like(xs)
+        lengths = np.empty(chains)
+        for c, adapter in enumerate(adapters):
+            x1s[c] = adapter.propose(rngs[c], xs[c])
+            lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
+        bounds = np.array([clip_bound(config.clip, config.clip_mode, ln) for ln in lengths])
+        sigmas, count_sds, mu_out = owner_noise(bounds, config.neighbours, owner_mu, share)
+        stats["scaling"][:, t] = [a.scaling for a in adapters]
+        # The worst case of the step, committed before it is sent (a lost reply is counted).
+        if t not in charged:
+            if not config.ledger.try_spend(chains * step_mu**2):
+                stopped = True
+                continue
+            journal.add({"run": run, "step": t})
+        mu2 = np.repeat(owner_mu[:, None] ** 2, chains, axis=1)
+        try:
+            reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t)
+        except OwnerError as exc:
+            report = _step_report(config, config.budget, None, math.nan, _released(stats))
+            raise DistributedSamplingError(
+                f"{exc} Run {run!r} stopped at step {t} (the driver's ledger has committed "
+                f"epsilon = {report['dp_epsilon']:.4g} of {config.budget.epsilon:g}); resume "
+                f"with sample(..., run={run!r}) on the same ledger paths.",
+                run,
+                t,
+                report,
+            ) from None
+        if reply is None:  # an owner's ledger could not pay: nothing more is released
+            stopped = True
+            continue
+        sums, counts = reply
+        d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
+        noise_var = np.sum(sigmas**2, axis=0)
+        delta = l2_sensitivity(bounds, config.neighbours)
+        party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
+        tuning = t < plan.tune
+        for c, adapter in enumerate(adapters):
+            party_c = (*party, ("dp_mu_outsider", mu_out[c]))
+            noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
+
+            def release(
+                state: PenaltyState, x1: np.ndarray, d: float = d_hat[c], n: float = clipped[c]
+            ) -> Release:
+                # The owners' replies, charged above (the clipped fraction would need the row
+                # counts, which the driver never receives).
+                return Release(d, PenaltyState(x1, prior(x1)), n)
+
+            state = PenaltyState(xs[c].copy(), logpriors[c])
+            new, info = transition(rngs[c], state, x1s[c], noise, release)
+            xs[c], logpriors[c] = new.position, new.log_prior
+            adapter.after_decision(info.accepted)
+            if tuning:
+                adapter.update(xs[c], info.accept, info.accepted)
+            for name, value in info_stats(info).items():
+                stats[name][c, t] = value
+    return _inference_data(model, value_vars, x_init, trace, stats, plan)
+
+
+def _released(stats: dict[str, np.ndarray]) -> dict[int, int]:
+    return {c: int(n) for c, n in enumerate(stats["dp_released"].sum(axis=1))}
+
+
+def _inference_data(
+    model: pm.Model,
+    value_vars: list[Any],
+    x_init: RaveledVars,
+    trace: np.ndarray,
+    stats: dict[str, np.ndarray],
+    plan: RunPlan,
+) -> az.InferenceData:
+    """Posterior draws of the free variables and data-free Deterministics, and the stats."""
+    leaky = set(data_dependent_deterministics(model))
+    outs = [v for v in [*model.free_RVs, *model.deterministics] if v.name not in leaky]
+    fn = pm_compile(value_vars, model.replace_rvs_by_values(outs), on_unused_input="ignore")
+    chains, steps = trace.shape[:2]
+    values: dict[str, list[np.ndarray]] = {v.name: [] for v in outs}
+    for x in trace.reshape(chains * steps, -1):
+        pt_ = DictToArrayBijection.rmap(RaveledVars(x, x_init.point_map_info))
+        for v, val in zip(outs, fn(*[pt_[v.name] for v in value_vars]), strict=True):
+            values[v.name].append(np.asarray(val))
+    arrays = {k: np.stack(v).reshape(chains, steps, *v[0].shape) for k, v in values.items()}
+    tune = plan.tune
+    dims = {k: list(model.named_vars_to_dims[k]) for k in arrays if k in model.named_vars_to_dims}
+    used = {dim for ds in dims.values() for dim in ds}
+    coords = {k: list(v) for k, v in model.coords.items() if k in used and v is not None}
+    idata = az.from_dict(
+        posterior={k: v[:, tune:] for k, v in arrays.items()},
+        warmup_posterior={k: v[:, :tune] for k, v in arrays.items()},
+        sample_stats={k: v[:, tune:] for k, v in stats.items()},
+        warmup_sample_stats={k: v[:, :tune] for k, v in stats.items()},
+        dims=dims,
+        coords=coords,
+        save_warmup=True,
+    )
+    idata.sample_stats.attrs["tuning_steps"] = tune
+    return idata

@@ -1,0 +1,144 @@
+"""What a distributed run is before its first step: the argument checks, the view of the step
+the privacy report reads (:class:`RunConfig`), each owner's noise (:func:`owner_noise`) and the
+driver's journal of runs and charged steps (:class:`Journal`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.accounting.gdp import split_step_mu
+from pymc_penalty.adaptation import ADAPT_MODES
+from pymc_penalty.budget import PrivacyBudget, RunPlan
+from pymc_penalty.ledger import PrivacyLedger
+from pymc_penalty.sensitivity import ClipMode, Neighbours, l2_sensitivity
+
+__all__ = ["Journal", "RunConfig", "check_args", "owner_noise"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the report needs to know about the step (the attributes ``build_report`` and
+    ``_finalize`` read from a step)."""
+
+    budget: PrivacyBudget
+    ledger: PrivacyLedger
+    neighbours: Neighbours
+    clip: float
+    clip_mode: ClipMode
+    _model: pm.Model
+    private: bool = True
+
+
+def owner_noise(
+    bounds: np.ndarray, neighbours: Neighbours, owner_mu: np.ndarray, clip_count_share: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each owner's noise for one step of every chain.
+
+    Parameters
+    ----------
+    bounds : ndarray, shape (chains,)
+        Clip bounds ``B_c``.
+    neighbours : Neighbours
+    owner_mu : ndarray, shape (owners,)
+        Each owner's per-release Gaussian-DP ``mu_k`` (clip count included).
+    clip_count_share : float
+        Share of ``mu_k^2`` spent on the clip count.
+
+    Returns
+    -------
+    sigmas : ndarray, shape (owners, chains)
+        ``sigma_kc = Delta_c / mu_ll_k`` for the clipped sum.
+    count_sds : ndarray, shape (owners,)
+        Noise sd of each owner's clip count (``inf``: not released).
+    mu_outsider : ndarray, shape (chains,)
+        ``mu`` against an outsider, who sees only the sums: the likelihood part
+        ``Delta / sqrt(sum_k sigma_k^2)`` and the count part composed.
+    """
+    owner_mu = np.asarray(owner_mu, dtype=np.float64)
+    mu_ll, mu_count = split_step_mu(owner_mu, clip_count_share)
+    delta = l2_sensitivity(np.asarray(bounds, dtype=np.float64), neighbours)
+    sigmas = delta[None, :] / mu_ll[:, None]
+    if clip_count_share > 0:
+        count_sds = 1.0 / mu_count
+        out_count2 = 1.0 / float(np.sum(count_sds**2))
+    else:
+        count_sds = np.full(owner_mu.shape, math.inf)
+        out_count2 = 0.0
+    # Delta^2 / sum_k sigma_k^2 = 1 / sum_k mu_ll_k^-2, whatever Delta is.
+    out_ll2 = 1.0 / float(np.sum(mu_ll**-2.0))
+    mu_out = np.full(delta.shape, math.sqrt(out_ll2 + out_count2))
+    return sigmas, count_sds, mu_out
+
+
+class Journal:
+    """The driver's record of a run: its per-step mus and seed, and the steps it charged.
+
+    A file beside the run ledger (``<ledger>.runs``); without a ledger path it lives in
+    memory only, and a run cannot be resumed.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.charged: dict[str, set[int]] = {}
+        if path is not None and path.exists():
+            for line in path.read_text().splitlines():
+                entry = json.loads(line)
+                if "step" in entry:
+                    self.charged.setdefault(entry["run"], set()).add(int(entry["step"]))
+                else:
+                    self.runs[entry["run"]] = entry
+
+    def add(self, entry: dict[str, Any]) -> None:
+        if "step" in entry:
+            self.charged.setdefault(entry["run"], set()).add(int(entry["step"]))
+        else:
+            self.runs[entry["run"]] = entry
+        if self.path is not None:
+            # A step line is flushed, not synced: the ledger's charge is what must survive; a
+            # line lost to a power failure only makes a resumed run charge that step again.
+            with open(self.path, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+                f.flush()
+                if "step" not in entry:
+                    os.fsync(f.fileno())
+
+
+def _positive_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def check_args(
+    draws: int,
+    tune: int,
+    chains: int,
+    clip: float,
+    share: float,
+    adapt: str,
+    scaling: float,
+    target_accept: float,
+) -> None:
+    if not _positive_number(clip):
+        raise ValueError("`clip` must be a finite positive number, in (0, inf).")
+    if not _positive_number(scaling):
+        raise ValueError("`scaling` must be a finite positive number, in (0, inf).")
+    if not (isinstance(target_accept, int | float) and 0.0 < target_accept < 1.0):
+        raise ValueError("`target_accept` must be in (0, 1).")
+    if not 0.0 <= float(share) < 1.0:
+        raise ValueError("`clip_count_share` must be in [0, 1).")
+    if adapt not in ADAPT_MODES:
+        raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
+    RunPlan(int(draws), int(tune), int(chains))  # validates the three
