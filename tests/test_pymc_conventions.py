@@ -6,6 +6,7 @@ import pytest
 from pymc.step_methods.state import equal_dataclass_values
 
 from pymc_penalty import PenaltyMetropolis
+from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 
 def _model():
@@ -43,6 +44,61 @@ def test_tuning_is_reset_per_chain_and_the_last_tuned_values_are_the_ones_used(c
             assert warm[c, 0] == (0.1 if name == "scaling" else step._untuned_clip_adapter.clip)
             assert warm[c, -1] != warm[c, 0]  # it tuned
             np.testing.assert_array_equal(post[c], warm[c, -1])
+
+
+def _expfam_step():
+    y = np.random.default_rng(0).poisson(3.0, size=200)
+    with pm.Model() as model:
+        lam = pm.Gamma("lam", 2.0, 1.0)
+        pm.Poisson("y", lam, observed=y)
+        step = ExpFamPenaltyMetropolis(
+            data_bound=50, xi=400.0, scaling=0.1, reproducible_noise=True
+        )
+    return model, step
+
+
+def test_expfam_tuning_is_reset_per_chain_and_the_last_tuned_scaling_is_the_one_used():
+    # The same convention for the exponential-family step: the update a tuning step learns is
+    # applied at the start of the next step only if that step still tunes.
+    model, step = _expfam_step()
+    with model:
+        idata = pm.sample(
+            draws=5,
+            tune=60,
+            chains=2,
+            cores=1,
+            step=step,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    warm = idata.warmup_sample_stats["scaling"].values
+    post = idata.sample_stats["scaling"].values
+    for c in range(2):
+        assert warm[c, 0] == 0.1
+        assert warm[c, -1] != warm[c, 0]  # it tuned
+        np.testing.assert_array_equal(post[c], warm[c, -1])
+
+
+def test_expfam_sampling_state_holds_the_pending_tuning_update():
+    model, step = _expfam_step()
+    point = model.initial_point()
+    for _ in range(3):
+        point, _ = step.step(point)
+    state = step.sampling_state
+    assert state._pending_tuning.held is not None
+    after, stats = step.step(point)
+    tuned = step.sampling_state
+    assert not equal_dataclass_values(tuned._pending_tuning, state._pending_tuning)
+    step.reset_tuning()
+    assert not equal_dataclass_values(state, step.sampling_state)
+    step.sampling_state = state
+    assert equal_dataclass_values(state, step.sampling_state)
+    again, stats_again = step.step(point)  # the restored state replays the step exactly
+    assert stats_again[0]["scaling"] == stats[0]["scaling"] != state.adapter.scaling
+    np.testing.assert_array_equal(again["lam_log__"], after["lam_log__"])
+    assert step.adapter == tuned.adapter  # the held update (not the later one) was applied
 
 
 def test_sampling_state_round_trips_and_compares():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from copy import deepcopy
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,10 @@ from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
+from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
+from pymc_penalty._tuning import PendingTuning
 from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
 from pymc_penalty.kernel import PenaltyState, Release, StepNoise, info_stats, transition
 from pymc_penalty.model_checks import (
@@ -60,6 +63,14 @@ from pymc_penalty.variants._families import FAMILIES, recognise_family
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
+
+
+@dataclass_state
+class ExpFamPenaltyState(PenaltyMetropolisState):
+    """Sampling state of :class:`ExpFamPenaltyMetropolis`: the proposal's, and the tuning
+    update held for the next step."""
+
+    _pending_tuning: PendingTuning = field(metadata={"frozen": False})
 
 
 class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
@@ -102,7 +113,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     name = "expfam_penalty_metropolis"
     default_blocked = True
     stats_dtypes_shapes = PenaltyMetropolis.stats_dtypes_shapes
-    _state_class = PenaltyMetropolisState
+    _state_class = ExpFamPenaltyState
 
     def __init__(
         self,
@@ -316,6 +327,8 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             S, float(scaling), adapt if tune else "none", float(target_accept), int(adapt_window)
         )
         self._untuned_adapter = deepcopy(self.adapter)
+        # The last step's tuning update, applied at the start of the next step if it tunes.
+        self._pending_tuning = PendingTuning()
         declare_proposal_stat(self, size)
         self._cache_key: bytes | None = None  # data-free: (log prior, phi, A) at the state
         self._cache: tuple[float, np.ndarray, float] = (math.nan, np.zeros(self._k), math.nan)
@@ -344,8 +357,11 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised step releasing a fresh noisy sufficient statistic (the transition is
-        :func:`pymc_penalty.kernel.transition`; the release is :meth:`_release_statistic`)."""
+        :func:`pymc_penalty.kernel.transition`; the release is :meth:`_release_statistic`).
+        The previous step's tuning update is applied first, if this step still tunes, as in
+        :class:`pymc_penalty.PenaltyMetropolis` (:mod:`pymc_penalty._tuning`)."""
         x0 = q0.data
+        self._pending_tuning.start_step(self.tune, self.adapter.update)
         adapter = self.adapter
         x1 = adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
         key = x0.tobytes()
@@ -379,7 +395,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         if info.accepted:
             self._cache_key, self._cache = x1.tobytes(), new.cache
         if self.tune:
-            adapter.update(new.position, info.accept, info.accepted)
+            self._pending_tuning.hold(new.position.copy(), info.accept, info.accepted)
         return RaveledVars(new.position, q0.point_map_info), [stats]
 
     def _release_statistic(
@@ -391,6 +407,11 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         del s_hat
         fraction = math.nan if self.private else self._clipped_fraction_exact
         return Release(d_hat, PenaltyState(x1, cache1[0], cache1), math.nan, fraction)
+
+    def reset_tuning(self) -> None:
+        """Restore the untuned proposal and drop a held tuning update."""
+        super().reset_tuning()
+        self._pending_tuning.clear()
 
     @staticmethod
     def competence(var: Any, has_grad: bool) -> Competence:
