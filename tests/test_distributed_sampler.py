@@ -143,6 +143,32 @@ def test_the_distributed_posterior_matches_in_process_and_no_row_array_reaches_t
     assert "observed_data" not in dist.groups()
 
 
+@pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # 5 draws on purpose
+def test_the_first_draw_uses_the_scaling_the_last_tuning_draw_recorded(tmp_path):
+    # PyMC's tuning convention, as PenaltyMetropolis keeps it (tests/test_pymc_conventions.py):
+    # a tuning update is applied at the start of the next step that still tunes, so every
+    # draw after tuning uses exactly the proposal the last tuning draw recorded.
+    idata = dsample(
+        _owners(tmp_path),
+        model=_model(),
+        epsilon=EPS,
+        delta=DELTA,
+        draws=5,
+        tune=40,
+        chains=2,
+        clip=CLIP,
+        scaling=0.1,
+        random_seed=5,
+    )
+    warm = idata.warmup_sample_stats["scaling"].values
+    post = idata.sample_stats["scaling"].values
+    assert warm.shape == (2, 40) and post.shape == (2, 5)
+    for c in range(2):
+        assert warm[c, 0] == 0.1
+        assert warm[c, -1] != warm[c, 0]  # it tuned
+        np.testing.assert_array_equal(post[c], warm[c, -1])
+
+
 def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_path):
     model = _model()
     owners = _owners(tmp_path)

@@ -16,6 +16,7 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
+from pymc_penalty._tuning import PendingTuning
 from pymc_penalty.adaptation import ProposalAdapter
 from pymc_penalty.api import _step_report
 from pymc_penalty.budget import RunPlan
@@ -95,6 +96,9 @@ def run_chains(
         ProposalAdapter.create(S, scaling, adapt, target_accept, adapt_window)
         for _ in range(chains)
     ]
+    # Each chain's last tuning update, applied at the start of the next step if it tunes (as
+    # PenaltyMetropolis does): the first draw uses the proposal the last tuning draw recorded.
+    pending = [PendingTuning() for _ in range(chains)]
     prior = _prior_fn(model, value_vars, model.initial_point())
     xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
     logpriors = np.array([prior(x) for x in xs])
@@ -107,9 +111,11 @@ def run_chains(
         trace[:, t] = xs
         if stopped:
             continue
+        tuning = t < plan.tune
         x1s = np.empty_like(xs)
         lengths = np.empty(chains)
         for c, adapter in enumerate(adapters):
+            pending[c].start_step(tuning, adapter.update)
             x1s[c] = adapter.propose(rngs[c], xs[c])
             lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
         bounds = np.array([clip_bound(config.clip, config.clip_mode, ln) for ln in lengths])
@@ -142,7 +148,6 @@ def run_chains(
         noise_var = np.sum(sigmas**2, axis=0)
         delta = l2_sensitivity(bounds, config.neighbours)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
-        tuning = t < plan.tune
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c]))
             noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
@@ -159,7 +164,7 @@ def run_chains(
             xs[c], logpriors[c] = new.position, new.log_prior
             adapter.after_decision(info.accepted)
             if tuning:
-                adapter.update(xs[c], info.accept, info.accepted)
+                pending[c].hold(xs[c].copy(), info.accept, info.accepted)
             for name, value in info_stats(info).items():
                 stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)
