@@ -18,32 +18,38 @@ def _model():
     return model
 
 
-@pytest.mark.parametrize("clip", [1.0, "auto"])
-def test_tuning_is_reset_per_chain_and_the_last_tuned_values_are_the_ones_used(clip):
-    # As PyMC's own tuning-reset test for pm.Metropolis: with cores=1 one step instance runs
-    # every chain; each chain starts from the untuned scaling (exactly as given) and samples
-    # with exactly the value its last tuning draw recorded.
-    with _model():
-        step = PenaltyMetropolis(noise_sd=1.0, clip=clip, clip_mode="metric", scaling=0.1)
-        idata = pm.sample(
-            draws=50,
-            tune=120,
-            chains=3,
-            cores=1,
-            step=step,
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-            discard_tuned_samples=False,
-        )
-    names = ["scaling"] + (["dp_clip"] if clip == "auto" else [])
-    for name in names:
+def _check_tuning_reset(step, untuned: dict, *, draws: int, tune: int, chains: int) -> None:
+    """As PyMC's own tuning-reset test for pm.Metropolis: with cores=1 one step instance runs
+    every chain; each chain starts from the untuned values (exactly as given) and samples with
+    exactly the values its last tuning draw recorded."""
+    idata = pm.sample(
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        cores=1,
+        step=step,
+        random_seed=1,
+        progressbar=False,
+        compute_convergence_checks=False,
+        discard_tuned_samples=False,
+    )
+    for name, value in untuned.items():
         warm = idata.warmup_sample_stats[name].values
         post = idata.sample_stats[name].values
-        for c in range(3):
-            assert warm[c, 0] == (0.1 if name == "scaling" else step._untuned_clip_adapter.clip)
+        for c in range(chains):
+            assert warm[c, 0] == value
             assert warm[c, -1] != warm[c, 0]  # it tuned
             np.testing.assert_array_equal(post[c], warm[c, -1])
+
+
+@pytest.mark.parametrize("clip", [1.0, "auto"])
+def test_tuning_is_reset_per_chain_and_the_last_tuned_values_are_the_ones_used(clip):
+    with _model():
+        step = PenaltyMetropolis(noise_sd=1.0, clip=clip, clip_mode="metric", scaling=0.1)
+        untuned = {"scaling": 0.1}
+        if clip == "auto":
+            untuned["dp_clip"] = step._untuned_clip_adapter.clip
+        _check_tuning_reset(step, untuned, draws=50, tune=120, chains=3)
 
 
 def _expfam_step():
@@ -62,23 +68,7 @@ def test_expfam_tuning_is_reset_per_chain_and_the_last_tuned_scaling_is_the_one_
     # applied at the start of the next step only if that step still tunes.
     model, step = _expfam_step()
     with model:
-        idata = pm.sample(
-            draws=5,
-            tune=60,
-            chains=2,
-            cores=1,
-            step=step,
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-            discard_tuned_samples=False,
-        )
-    warm = idata.warmup_sample_stats["scaling"].values
-    post = idata.sample_stats["scaling"].values
-    for c in range(2):
-        assert warm[c, 0] == 0.1
-        assert warm[c, -1] != warm[c, 0]  # it tuned
-        np.testing.assert_array_equal(post[c], warm[c, -1])
+        _check_tuning_reset(step, {"scaling": 0.1}, draws=5, tune=60, chains=2)
 
 
 def test_expfam_sampling_state_holds_the_pending_tuning_update():
