@@ -38,7 +38,7 @@ from pymc_penalty.distributed._setup import Journal, RunConfig, check_args, owne
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.sensitivity import ClipMode, Neighbours
-from pymc_penalty.step import resolve_adapt_window
+from pymc_penalty.step_setup import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
 
 __all__ = ["DistributedSamplingError", "from_pp_sample", "owner_noise", "sample"]

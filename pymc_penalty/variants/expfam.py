@@ -48,16 +48,16 @@ from pymc_penalty.model_checks import (
 )
 from pymc_penalty.noise import PrivateNoiseMixin
 from pymc_penalty.sensitivity import Neighbours
-from pymc_penalty.step import (
+from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.step_setup import (
     PROPOSAL_STAT,
     Ledger,
     NotPrivateWarning,
-    PenaltyMetropolis,
-    PenaltyMetropolisState,
     check_blocked,
     declare_proposal_stat,
     resolve_adapt_window,
 )
+from pymc_penalty.step_tuning import PenaltyMetropolisState
 from pymc_penalty.validation import check_model_data, check_real
 from pymc_penalty.variants._families import FAMILIES, recognise_family
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
