@@ -363,9 +363,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         tunes (as ``pm.Metropolis`` tunes at the start of its step): the first draw after
         tuning then uses exactly the proposal and clip the last tuning draw recorded.
         """
-        if self.tune:
-            self._apply_pending_tuning()
-        self._pending_tuning = None
+        self._start_step()
         x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
         diff = np.asarray(x1, dtype=np.float64) - x0
         return x1, step_length(self.clip_mode, diff, self.adapter.chol)
@@ -431,7 +429,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             count = None
             if self.clip_adapter is not None and count_sd is not None:
                 count = (info.clipped_count, count_sd)
-            self._pending_tuning = (new.position.copy(), info.accept, info.accepted, count)
+            self._pending_tuning.hold(new.position.copy(), info.accept, info.accepted, count)
         return RaveledVars(new.position, q0.point_map_info), [stats]
 
     def _public_fraction(self, clipped_count: float, n: int) -> float:

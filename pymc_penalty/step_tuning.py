@@ -18,6 +18,7 @@ import numpy as np
 from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
 
+from pymc_penalty._tuning import PendingTuning
 from pymc_penalty.adaptation import (
     ClipAdapter,
     ProposalAdapter,
@@ -44,6 +45,7 @@ class PenaltyMetropolisState(StepMethodState):
     adapter: ProposalAdapter
     tune: bool
     _untuned_adapter: ProposalAdapter = field(metadata={"frozen": False})
+    _pending_tuning: PendingTuning = field(metadata={"frozen": False})
 
 
 @dataclass_state
@@ -118,14 +120,17 @@ class TuningMixin:
         self._untuned_clip_adapter = deepcopy(self.clip_adapter)
         self._clip_chol = adapter.chol
         # The last step's tuning update, applied at the start of the next step if it tunes.
-        self._pending_tuning: tuple | None = None
+        self._pending_tuning = PendingTuning()
 
-    def _apply_pending_tuning(self) -> None:
-        """Adapt the proposal (and a found clip) to the previous step's released outcome."""
-        pending = self._pending_tuning
-        if pending is None:
-            return
-        x_new, accept_prob, accepted, count = pending
+    def _start_step(self) -> None:
+        """At the start of a step: apply the previous step's held tuning update if this step
+        still tunes (:class:`pymc_penalty._tuning.PendingTuning`)."""
+        self._pending_tuning.start_step(self.tune, self._apply_tuning)
+
+    def _apply_tuning(
+        self, x_new: np.ndarray, accept_prob: float, accepted: bool, count: tuple | None
+    ) -> None:
+        """Adapt the proposal (and a found clip) to a step's released outcome."""
         self.adapter.update(x_new, accept_prob, accepted)
         if count is not None and self.clip_adapter is not None:
             self._adapt_clip(*count)
@@ -148,7 +153,7 @@ class TuningMixin:
     def reset_tuning(self) -> None:
         """Restore the proposal and, with ``clip="auto"``, the clip to their untuned state."""
         super().reset_tuning()
-        self._pending_tuning = None
+        self._pending_tuning.clear()
         if self._untuned_clip_adapter is not None:
             self.clip_adapter = deepcopy(self._untuned_clip_adapter)
             self.clip = self.clip_adapter.clip

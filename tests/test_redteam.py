@@ -626,7 +626,7 @@ def test_auto_clip_is_a_function_of_released_statistics_only():
             moved += int(clip.clip != st["dp_clip"])
         # The step applies a tuning update at the start of its next step (as pm.Metropolis):
         # apply the last one to compare the final states.
-        step._apply_pending_tuning()
+        step._pending_tuning.start_step(True, step._apply_tuning)
         assert step.clip == pytest.approx(clip.clip, rel=1e-12)
         assert moved > 0, "the clip never adapted: the replay proved nothing"
 
