@@ -4,10 +4,8 @@ This is the only code that turns a step's clip (its constant, mode and the propo
 in that mode), its neighbour relation and its noise specification (a per-step Gaussian-DP
 ``mu`` or a fixed noise sd) into the numbers of one release:
 
-- ``bound`` B, the per-datapoint clip of the log-likelihood ratio
-  (:func:`pymc_penalty.sensitivity.clip_bound`);
-- ``sensitivity`` Delta, the L2 sensitivity of the clipped sum
-  (:func:`pymc_penalty.sensitivity.l2_sensitivity`);
+- ``bound`` B, the per-datapoint clip of the log-likelihood ratio (:func:`clip_bound`);
+- ``sensitivity`` Delta, the L2 sensitivity of the clipped sum (:func:`l2_sensitivity`);
 - ``sigma``, the sd of the Gaussian noise added to the clipped sum (what the acceptance test
   of :func:`pymc_penalty.kernel.transition` subtracts half the square of);
 - ``count_sd``, the sd of the noise on the clipped count (``inf``: no count released);
@@ -27,9 +25,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu, step_mu_of_release
-from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+from pymc_penalty.sensitivity import ClipMode, Neighbours
 
-__all__ = ["ReleaseNoise", "release_noise"]
+__all__ = ["ReleaseNoise", "clip_bound", "l2_sensitivity", "release_noise"]
 
 
 class ReleaseNoise(NamedTuple):
@@ -42,6 +40,38 @@ class ReleaseNoise(NamedTuple):
     sigma: float | np.ndarray
     count_sd: float | np.ndarray
     step_mu: float | np.ndarray
+
+
+def clip_bound(clip: float | None, mode: ClipMode, length: float) -> float:
+    """Per-datapoint clip bound ``B`` for one proposal.
+
+    Parameters
+    ----------
+    clip : float or None
+        The clip constant (for ``LIPSCHITZ``, the declared bound ``M`` on every
+        ``|d log p(y_i | theta) / d theta_j|``); ``None`` means no clipping (``B = inf``, not
+        private).
+    mode : ClipMode
+        ``DISTANCE``: ``B = clip * ||theta' - theta||_2``; ``METRIC``:
+        ``B = clip * ||L^-1 (theta' - theta)||_2``; ``LIPSCHITZ``:
+        ``B = clip * ||theta' - theta||_1``; ``CONSTANT``: ``B = clip``.
+    length : float
+        :func:`step_length` of the proposal on the unconstrained space.
+
+    Returns
+    -------
+    float
+    """
+    if clip is None:
+        return math.inf
+    if mode is ClipMode.CONSTANT:
+        return clip
+    return clip * length
+
+
+def l2_sensitivity(bound: float, neighbours: Neighbours) -> float:
+    """L2 sensitivity ``Delta`` of the sum of ratios clipped to ``[-bound, bound]``."""
+    return neighbours.factor * bound
 
 
 def release_noise(

@@ -1,4 +1,8 @@
-"""Sensitivity bounds: clipping of per-datapoint log-likelihood ratios, neighbour relations.
+"""Sensitivity: neighbour relations, clip modes and the proposal length a bound scales with.
+
+The bound and the noise themselves are computed in one place,
+:mod:`pymc_penalty.mechanism` (:func:`~pymc_penalty.mechanism.clip_bound`,
+:func:`~pymc_penalty.mechanism.l2_sensitivity`, :func:`~pymc_penalty.mechanism.release_noise`).
 
 Each datapoint's log-likelihood ratio ``r_i = log p(y_i | theta') - log p(y_i | theta)`` is
 clipped to ``[-B, B]`` before summation. The bound ``B`` is either a constant (``clip``) or
@@ -25,7 +29,7 @@ from enum import Enum
 import numpy as np
 from scipy.linalg import solve_triangular
 
-__all__ = ["ClipMode", "Neighbours", "clip_bound", "l2_sensitivity", "step_length"]
+__all__ = ["ClipMode", "Neighbours", "step_length"]
 
 
 class _Choice(str, Enum):
@@ -88,35 +92,3 @@ def step_length(mode: ClipMode, diff: np.ndarray, chol: np.ndarray | None = None
         white = solve_triangular(chol, diff, lower=True, check_finite=False)
         return math.sqrt(float(white @ white))
     return math.sqrt(float(diff @ diff))
-
-
-def clip_bound(clip: float | None, mode: ClipMode, length: float) -> float:
-    """Per-datapoint clip bound ``B`` for one proposal.
-
-    Parameters
-    ----------
-    clip : float or None
-        The clip constant (for ``LIPSCHITZ``, the declared bound ``M`` on every
-        ``|d log p(y_i | theta) / d theta_j|``); ``None`` means no clipping (``B = inf``, not
-        private).
-    mode : ClipMode
-        ``DISTANCE``: ``B = clip * ||theta' - theta||_2``; ``METRIC``:
-        ``B = clip * ||L^-1 (theta' - theta)||_2``; ``LIPSCHITZ``:
-        ``B = clip * ||theta' - theta||_1``; ``CONSTANT``: ``B = clip``.
-    length : float
-        :func:`step_length` of the proposal on the unconstrained space.
-
-    Returns
-    -------
-    float
-    """
-    if clip is None:
-        return math.inf
-    if mode is ClipMode.CONSTANT:
-        return clip
-    return clip * length
-
-
-def l2_sensitivity(bound: float, neighbours: Neighbours) -> float:
-    """L2 sensitivity ``Delta`` of the sum of ratios clipped to ``[-bound, bound]``."""
-    return neighbours.factor * bound

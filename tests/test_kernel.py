@@ -15,7 +15,8 @@ from pymc_penalty.kernel import (
     penalty_decision,
     split_step_mu,
 )
-from pymc_penalty.sensitivity import ClipMode, Neighbours, clip_bound, l2_sensitivity
+from pymc_penalty.mechanism import clip_bound, l2_sensitivity
+from pymc_penalty.sensitivity import ClipMode, Neighbours
 
 
 def test_penalty_subtracts_half_the_noise_variance():

@@ -355,7 +355,8 @@ def test_a_false_lipschitz_claim_is_clipped_and_counted():
 
 
 def test_lipschitz_sensitivity_uses_the_l1_norm():
-    from pymc_penalty.sensitivity import ClipMode, clip_bound, step_length
+    from pymc_penalty.mechanism import clip_bound
+    from pymc_penalty.sensitivity import ClipMode, step_length
 
     diff = np.array([0.3, -0.4, 0.0])
     assert step_length(ClipMode.LIPSCHITZ, diff) == pytest.approx(0.7)

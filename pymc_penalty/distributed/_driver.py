@@ -30,8 +30,9 @@ from pymc_penalty.kernel import (
     info_stats,
     transition,
 )
+from pymc_penalty.mechanism import release_noise
 from pymc_penalty.model_checks import data_dependent_deterministics
-from pymc_penalty.sensitivity import clip_bound, l2_sensitivity, step_length
+from pymc_penalty.sensitivity import step_length
 
 __all__ = ["DistributedSamplingError", "run_chains"]
 
@@ -118,7 +119,11 @@ def run_chains(
             pending[c].start_step(tuning, adapter.update)
             x1s[c] = adapter.propose(rngs[c], xs[c])
             lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
-        bounds = np.array([clip_bound(config.clip, config.clip_mode, ln) for ln in lengths])
+        chain_noise = release_noise(
+            config.clip, config.clip_mode, config.neighbours, lengths, mu=step_mu
+        )
+        bounds = np.broadcast_to(chain_noise.bound, lengths.shape).astype(np.float64)
+        delta = np.broadcast_to(chain_noise.sensitivity, lengths.shape)
         sigmas, count_sds, mu_out = owner_noise(bounds, config.neighbours, owner_mu, share)
         stats["scaling"][:, t] = [a.scaling for a in adapters]
         # The worst case of the step, committed before it is sent (a lost reply is counted).
@@ -146,7 +151,6 @@ def run_chains(
         sums, counts = reply
         d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
-        delta = l2_sensitivity(bounds, config.neighbours)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c]))

@@ -18,7 +18,8 @@ from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.adaptation import ADAPT_MODES
 from pymc_penalty.budget import PrivacyBudget, RunPlan
 from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.sensitivity import ClipMode, Neighbours, l2_sensitivity
+from pymc_penalty.mechanism import release_noise
+from pymc_penalty.sensitivity import ClipMode, Neighbours
 
 __all__ = ["Journal", "RunConfig", "check_args", "owner_noise"]
 
@@ -63,18 +64,23 @@ def owner_noise(
         ``Delta / sqrt(sum_k sigma_k^2)`` and the count part composed.
     """
     owner_mu = np.asarray(owner_mu, dtype=np.float64)
-    mu_ll, mu_count = split_step_mu(owner_mu, clip_count_share)
-    delta = l2_sensitivity(np.asarray(bounds, dtype=np.float64), neighbours)
-    sigmas = delta[None, :] / mu_ll[:, None]
-    if clip_count_share > 0:
-        count_sds = 1.0 / mu_count
-        out_count2 = 1.0 / float(np.sum(count_sds**2))
-    else:
-        count_sds = np.full(owner_mu.shape, math.inf)
-        out_count2 = 0.0
+    bounds = np.asarray(bounds, dtype=np.float64)
+    # The one mechanism, each owner's mu against each chain's bound (already computed).
+    noise = release_noise(
+        bounds[None, :],
+        ClipMode.CONSTANT,
+        neighbours,
+        0.0,
+        mu=owner_mu[:, None],
+        count_share=clip_count_share,
+    )
+    sigmas = np.broadcast_to(noise.sigma, (owner_mu.size, bounds.size)).astype(np.float64)
+    count_sds = np.broadcast_to(noise.count_sd, (owner_mu.size, 1))[:, 0].astype(np.float64)
+    out_count2 = 1.0 / float(np.sum(count_sds**2)) if clip_count_share > 0 else 0.0
     # Delta^2 / sum_k sigma_k^2 = 1 / sum_k mu_ll_k^-2, whatever Delta is.
+    mu_ll, _ = split_step_mu(owner_mu, clip_count_share)
     out_ll2 = 1.0 / float(np.sum(mu_ll**-2.0))
-    mu_out = np.full(delta.shape, math.sqrt(out_ll2 + out_count2))
+    mu_out = np.full(bounds.shape, math.sqrt(out_ll2 + out_count2))
     return sigmas, count_sds, mu_out
 
 
