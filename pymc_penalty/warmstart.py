@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pymc as pm
@@ -46,6 +46,8 @@ from pytensor.gradient import hessian
 from scipy import special, stats
 
 from pymc_penalty.accounting import GDPAccountant
+from pymc_penalty.accounting.gdp import split_step_mu
+from pymc_penalty.adaptation import _CLIP_EVIDENCE_SES, CLIP_TARGET_FRACTION, _tail_factor
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import validate_model
 from pymc_penalty.sensitivity import Neighbours
@@ -59,6 +61,7 @@ from pymc_penalty.validation import (
 )
 from pymc_penalty.warmstart_releases import (
     LOG_CLIP,
+    clipped_count,
     clipped_whitened,
     gradient_sensitivity,
     log_scale_sensitivity,
@@ -69,6 +72,7 @@ from pymc_penalty.warmstart_releases import (
 )
 
 __all__ = [
+    "Scoring",
     "WarmStart",
     "WarmStartRefused",
     "fisher_scoring",
@@ -85,8 +89,26 @@ _GROWTH = 1.6
 #: four noise seeds, error of the estimated mode in posterior sd): 0.1 gave 1.0-3.4 at
 #: epsilon = 1, 0.2-0.4 gave 0.25-0.47; at epsilon = 2, 0.12-0.21 for 0.1 and 0.13-0.23 for 0.3.
 _CURVATURE_SHARE = 0.3
-#: ``clip="auto"``: the tail probability of a gradient's length in the metric at the mode.
+#: ``clip="auto"``: the tail probability of a gradient's length in the metric at the mode that
+#: gives the starting clip (exact for Gaussian scores; the released counts then move it).
 _AUTO_CLIP_TAIL = 1e-3
+#: ``clip="auto"``: the clipped fraction the found clip aims at, the sampler's
+#: (:data:`pymc_penalty.adaptation.CLIP_TARGET_FRACTION`, 0.2%). Clipping biases the mode by
+#: about ``0.5 f sqrt(n)`` posterior sds at clipped fraction ``f`` (logistic regression,
+#: n = 1e5, d = 5, exact Fisher metric at the mode: 4.1% clipped by the chi^2 clip gave 6.3 sd,
+#: 1% 1.4, 0.3% 0.45, 0.1% 0.15): 0.2% is about 0.3 sd there, the size of the release noise.
+_CLIP_TARGET = CLIP_TARGET_FRACTION
+#: ``clip="auto"``: share of each gradient release's ``mu^2`` (from the second step on) spent
+#: on its clipped count. At epsilon = 1, a 20% warm start, n = 1e5 (the utility benchmark) the
+#: count's noise sd is 208 rows in the second step and 51 in the last (0.2% is 200 rows); the
+#: gradient's noise grows by 5%.
+_COUNT_SHARE = 0.1
+#: ``clip="auto"``: a count moves the clip only where the rows' released mean, whitened (the
+#: distance to the mode in the per-datapoint metric, about), is within this of zero: farther
+#: away the counts describe the rows there, not at the mode (measured on the gauss benchmark:
+#: the second step, still far from the mode, counted most rows clipped and grew the clip 4
+#: times, which the curvature noise, growing as its square, turned into errors of 4-12 sd).
+_NEAR_MODE = 1.0
 #: The first metric (from the rows' spread at a data-independent start) is multiplied by this:
 #: far from the mode the spread of the scores can underestimate the curvature many times (a
 #: scale parameter started 5 times too large: 25 times), and an underestimated metric sends
@@ -126,6 +148,24 @@ class WarmStart:
         Gaussian-DP ``mu`` of all warm-start releases together.
     releases : int
         Number of Gaussian releases made.
+    clip : float
+        The gradient clip a further step would use, in the metric of the estimated
+        per-datapoint Fisher information (``clip="auto"``: found from the released counts;
+        otherwise the clip given).
+    metric_clip : float
+        ``clip`` as the sampler's ``clip_mode="metric"`` constant for a proposal whose
+        Cholesky factor ``L`` is that of ``covariance``: a row's log-likelihood ratio per unit
+        of whitened step ``||L^-1 (theta' - theta)||`` is at most its score's length in that
+        metric, ``clip / sqrt(n)`` for a row the warm start did not clip (``n`` the released
+        count under add/remove-one). So it clips at most the rows the warm start's clip did
+        (about ``clipped_fraction``), in any proposal direction; a projection on one
+        direction is shorter than the length (about ``sqrt(d)`` times for Gaussian scores),
+        so it is an upper start which the sampler's clip adaptation can lower.
+    clipped_fraction : float or None
+        The last released clipped fraction (noisy count over ``n`` or its released count),
+        with ``clip="auto"`` and ``steps >= 2``; None otherwise (no count released).
+    clip_history : tuple of float
+        The gradient clip of each step (then ``clip``).
     """
 
     point: np.ndarray
@@ -133,6 +173,27 @@ class WarmStart:
     initvals: dict[str, np.ndarray]
     mu: float
     releases: int
+    clip: float
+    metric_clip: float
+    clipped_fraction: float | None
+    clip_history: tuple[float, ...]
+
+
+class Scoring(NamedTuple):
+    """Result of :func:`fisher_scoring` (post-processing of its releases)."""
+
+    #: The estimated mode.
+    mode: np.ndarray
+    #: The estimated posterior precision.
+    precision: np.ndarray
+    #: The gradient clip a further step would use (in the per-datapoint Fisher metric).
+    clip: float
+    #: The last released clipped fraction, None when no count was released.
+    clipped_fraction: float | None
+    #: Each step's gradient clip, then ``clip``.
+    clip_history: tuple[float, ...]
+    #: ``n`` (substitute-one) or its released count (add/remove-one).
+    n_rows: float
 
 
 def warm_start_schedule(mu: float, steps: int) -> list[tuple[float, float]]:
@@ -293,19 +354,30 @@ def fisher_scoring(
         :func:`warm_start_schedule`.
     neighbours : Neighbours
     clip : float or "auto"
-        :func:`warm_start_clips`.
+        :func:`warm_start_clips`. With ``"auto"`` that is the first step's clip; from the
+        second step on each gradient release also releases a noisy count of the rows it
+        clipped (``_COUNT_SHARE`` of the step's gradient ``mu^2``, split as the sampler splits
+        its step, :func:`pymc_penalty.accounting.gdp.split_step_mu`), and when the released
+        fraction (over ``n``, or over the released count under add/remove-one) differs from
+        the target by more than two of its noise sds the next step's clip moves by the
+        sampler's Gaussian-tail rule (:func:`pymc_penalty.adaptation._tail_factor`, a factor
+        in [1/2, 4]). The first step's gradient is not counted: it is measured in the pilot
+        metric (inflated on purpose) at the data-independent start.
     noise : numpy.random.Generator
     commit : callable
         ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).
 
     Returns
     -------
-    (ndarray, ndarray)
+    Scoring
         The estimated mode and posterior precision (averaged, weighted by ``mu_grad^2``, over
-        the last half of the iterates: near the mode their errors are independent).
+        the last half of the iterates: near the mode their errors are independent), the clip
+        found, the last released clipped fraction and the clips used.
     """
     d = x.size
     c_grad, c_diff = warm_start_clips(clip, d)
+    found = isinstance(clip, str)  # "auto": the clip moves with the released counts
+    clips, fraction = [c_grad], None
     adds = neighbours is Neighbours.ADD_REMOVE
     averaged = range(len(schedule) // 2, len(schedule))
     sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))
@@ -315,8 +387,13 @@ def fisher_scoring(
         # Step 0 splits its curvature mu^2 over the shape, the scale (and the noisy count).
         parts = 1 if k else (3 if adds else 2)
         mu_parts = [mu_curv / math.sqrt(parts)] * parts
-        for release_mu in (*mu_parts, mu_grad):  # all of this step's releases, before the data
-            commit(release_mu)
+        # From the second step the found clip's count takes a share of the gradient's mu^2.
+        mu_count = 0.0
+        if found and k:
+            mu_grad, mu_count = split_step_mu(mu_grad, _COUNT_SHARE)
+        for release_mu in (*mu_parts, mu_grad, mu_count):  # this step's releases, before data
+            if release_mu > 0:
+                commit(release_mu)
         grads = row_grads(x)
         diffs = pair_differences(grads, neighbours)
         if k == 0:
@@ -344,9 +421,25 @@ def fisher_scoring(
         new_chol = np.linalg.cholesky(fisher)
         sd = gradient_sensitivity(c_grad, neighbours) / mu_grad
         white_sum = clipped_whitened(grads, new_chol, c_grad).sum(axis=0)
+        released_sum = white_sum + sd * noise.standard_normal(d)
+        if mu_count > 0:
+            # The clipped count, sensitivity 1 and noise sd 1 / mu (as the sampler's), of the
+            # rows centred on their released mean: away from the mode the rows' common mean
+            # would otherwise pass for a heavy tail.
+            centre = released_sum / n_hat
+            count_sd = 1.0 / mu_count
+            count = clipped_count(grads, new_chol, c_grad, centre)
+            count += count_sd * noise.standard_normal()
         del grads, diffs  # exact per-datapoint values: not kept past the releases
+        if mu_count > 0:  # the next step's clip, from released values only (never the true n)
+            fraction, se = count / n_hat, count_sd / n_hat
+            near = float(np.linalg.norm(centre)) <= _NEAR_MODE
+            if near and abs(fraction - _CLIP_TARGET) > _CLIP_EVIDENCE_SES * se:
+                c_grad = max(c_grad * _tail_factor(_CLIP_TARGET, fraction), clips[0])
+                c_diff = math.sqrt(2.0) * c_grad
+            clips.append(c_grad)
         prior_grad, prior_hess = prior(x)
-        ascent = new_chol @ (white_sum + sd * noise.standard_normal(d)) + prior_grad
+        ascent = new_chol @ released_sum + prior_grad
         if step is not None and _overshot(ascent, step, last_slope, sd * new_chol.T @ step):
             # The released slope along the last step reversed beyond its noise: the step
             # overshot (the metric, the rows' spread, underestimates the curvature far from
@@ -365,7 +458,11 @@ def fisher_scoring(
             sum_w += mu_grad**2
             sum_wx += mu_grad**2 * x
             sum_wprec += mu_grad**2 * precision
-    return sum_wx / sum_w, sum_wprec / sum_w
+    if len(clips) == 1:
+        clips *= len(schedule) + 1
+    else:
+        clips.insert(0, clips[0])  # the first two steps used the starting clip
+    return Scoring(sum_wx / sum_w, sum_wprec / sum_w, c_grad, fraction, tuple(clips), n_hat)
 
 
 def private_warm_start(
@@ -393,11 +490,15 @@ def private_warm_start(
     clip : float or "auto", default "auto"
         Clip of each per-datapoint gradient's length in the metric of the estimated
         per-datapoint Fisher information (:func:`warm_start_clips`; released, so public):
-        ``"auto"`` is the 99.9% quantile of that length at the mode (``sqrt`` of the
-        ``chi^2_d`` quantile), which needs no knowledge of the data's scale.
+        ``"auto"`` starts at the 99.9% quantile of that length at the mode for Gaussian
+        scores (``sqrt`` of the ``chi^2_d`` quantile), which needs no knowledge of the data's
+        scale, and moves it toward clipping 0.2% of the rows using a noisy clipped count
+        released with each gradient from the second step (:func:`fisher_scoring`), so tails
+        heavier than Gaussian (a logistic regression's scores) are not clipped into a bias.
     steps : int, default 8
         Fisher-scoring steps (two releases each, one more in the first step, two more under
-        add/remove-one).
+        add/remove-one; with ``clip="auto"`` one more, the clipped count, in every step after
+        the first).
     neighbours : {"substitute", "add_remove"}
     noise_rng : numpy.random.Generator, optional
         Source of the privacy noise; a fresh OS-entropy generator by default (pass a seeded
@@ -443,7 +544,7 @@ def private_warm_start(
             )
         spent.spend(release_mu)
 
-    x, precision = fisher_scoring(
+    scoring = fisher_scoring(
         lambda at: _per_datapoint_gradients(lik, at, n),
         prior,
         x,
@@ -454,7 +555,8 @@ def private_warm_start(
         noise=noise,
         commit=commit,
     )
-    covariance = np.linalg.inv(precision)
+    x = scoring.mode
+    covariance = np.linalg.inv(scoring.precision)
     covariance = 0.5 * (covariance + covariance.T)
     initvals, start = {}, 0
     for v in value_vars:
@@ -463,5 +565,13 @@ def private_warm_start(
         initvals[v.name] = x[start : start + size].reshape(shape).astype(point[v.name].dtype)
         start += size
     return WarmStart(
-        point=x, covariance=covariance, initvals=initvals, mu=spent.mu, releases=spent.releases
+        point=x,
+        covariance=covariance,
+        initvals=initvals,
+        mu=spent.mu,
+        releases=spent.releases,
+        clip=scoring.clip,
+        metric_clip=scoring.clip / math.sqrt(scoring.n_rows),
+        clipped_fraction=scoring.clipped_fraction,
+        clip_history=scoring.clip_history,
     )

@@ -19,6 +19,10 @@ stated here (``C`` the clip, ``T`` an outer-product term, Frobenius norm ``||T||
   Add/remove-one uses the chain ``(0, 1), (1, 2), ...``: removing row ``i`` removes
   ``T_(i-1,i)`` and ``T_(i,i+1)`` and adds ``T_(i-1,i+1)`` (the rest only shift), so the change
   is at most ``sqrt(||T_1 + T_2||^2 + ||T_3||^2) <= sqrt(5) C^2``;
+- the number of rows whose whitened length exceeds the clip (``clip="auto"``, from the second
+  step on): each row adds 0 or 1, so 1 under either relation, the clipped count of the
+  sampler's step (:func:`pymc_penalty.accounting.gdp.split_step_mu` splits a step's ``mu``
+  between it and the gradient sum);
 - the sum of ``log(||w_k||^2 / d)`` clipped to ``[-LOG_CLIP, LOG_CLIP]`` over the same
   differences whitened by a public shape (the scale of the first metric, scale-free):
   ``2 LOG_CLIP`` (substitute-one), ``3 LOG_CLIP`` (add/remove-one).
@@ -38,6 +42,7 @@ from pymc_penalty.sensitivity import Neighbours
 
 __all__ = [
     "LOG_CLIP",
+    "clipped_count",
     "clipped_whitened",
     "gradient_sensitivity",
     "log_scale_sensitivity",
@@ -96,6 +101,33 @@ def clipped_whitened(rows: np.ndarray, chol: np.ndarray | None, clip: float | No
     else:
         scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
     return white * scale[:, None]
+
+
+def clipped_count(
+    rows: np.ndarray, chol: np.ndarray, clip: float, centre: np.ndarray | None = None
+) -> int:
+    """Number of rows whose whitened distance from a public centre, ``||L^-1 g_i - m||``,
+    exceeds ``clip`` (a row whose whitened value overflowed counts).
+
+    Parameters
+    ----------
+    rows : ndarray, shape (k, d)
+    chol : ndarray, shape (d, d)
+        Lower Cholesky factor ``L`` of the public metric.
+    clip : float
+    centre : ndarray, shape (d,), optional
+        Public whitened centre ``m`` (zero by default).
+
+    Returns
+    -------
+    int
+    """
+    white = solve_triangular(chol, rows.T, lower=True).T
+    with np.errstate(over="ignore", invalid="ignore"):
+        if centre is not None:
+            white = white - centre
+        norms = np.sqrt(np.einsum("ij,ij->i", white, white))
+    return int(np.sum(~(norms <= clip)))  # NaN and inf: clipped
 
 
 def pair_outer_sum(diffs: np.ndarray, chol: np.ndarray | None, clip: float | None) -> np.ndarray:

@@ -180,7 +180,7 @@ def test_fisher_scoring_lands_on_an_anisotropic_gaussian(relation):
     spent = []
     z = []
     for seed in range(4):
-        mode, precision = fisher_scoring(
+        scoring = fisher_scoring(
             lambda at: (x - at) @ prec_x,
             lambda at: (-at / 100.0, -np.eye(d) / 100.0),
             np.zeros(d),
@@ -191,6 +191,7 @@ def test_fisher_scoring_lands_on_an_anisotropic_gaussian(relation):
             noise=np.random.default_rng(seed),
             commit=spent.append,
         )
+        mode, precision = scoring.mode, scoring.precision
         z.append((mode - post_mean) / np.sqrt(np.diag(post_cov)) / err_sd)
         chol = np.linalg.cholesky(post_cov)
         inv = np.linalg.inv(chol)
@@ -199,6 +200,7 @@ def test_fisher_scoring_lands_on_an_anisotropic_gaussian(relation):
     z = np.concatenate(z)
     # Errors consistent with the predicted noise (chi-square over 4 x d coordinates).
     assert stats.chi2.sf(float(np.sum(z**2)), df=z.size) > 1e-3, z
-    extra = 1 if relation is SUB else 2  # the first step's scale (and noisy count) releases
+    # The first step's scale (and noisy count) releases; a clipped count from the second step.
+    extra = (1 if relation is SUB else 2) + steps - 1
     assert len(spent) == 4 * (2 * steps + extra)
     assert math.isclose(math.sqrt(sum(m**2 for m in spent[: 2 * steps + extra])), mu)
