@@ -86,6 +86,52 @@ def test_each_step_is_paid_before_its_data_access(model, spy):
     assert math.isclose(ws.mu, 0.5, rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
+    """clip='auto' adds a clipped count to every step after the first. The ledger's total is
+    the sum of an independent list of every release's mu^2, built from the schedule here:
+    step 0 splits its curvature mu^2 over the shape and the scale (and the noisy n under
+    add/remove-one) and spends its gradient's; each later step spends its curvature's, and
+    90% of its gradient's mu^2 on the gradient sum, 10% on the clipped count."""
+    mu, steps = 0.5, 3
+    ledger = RecordingLedger(spy)
+    with model:
+        ws = private_warm_start(
+            mu=mu, ledger=ledger, clip="auto", steps=steps, neighbours=neighbours,
+            noise_rng=np.random.default_rng(2),
+        )  # fmt: skip
+    sched = warm_start_schedule(mu, steps)
+    parts = 2 if neighbours == "substitute" else 3
+    expected = [sched[0][1] ** 2 / parts] * parts + [sched[0][0] ** 2]
+    for g, c in sched[1:]:
+        expected += [c**2, 0.9 * g**2, 0.1 * g**2]
+    spent = [e[1] for e in spy if e[0] == "spend"]
+    np.testing.assert_allclose(spent, expected, rtol=1e-12)
+    assert ws.releases == len(expected) == 3 * steps + parts - 2
+    assert math.isclose(ws.mu**2, sum(expected), rel_tol=1e-12)
+    assert math.isclose(sum(expected), mu**2, rel_tol=1e-12)
+    # Every step's releases are paid before its 2 d = 2 evaluations of the data.
+    kinds = [e[0] for e in spy]
+    assert kinds == ["spend"] * (parts + 1) + ["data"] * 2 + (["spend"] * 3 + ["data"] * 2) * 2
+    # The fields the sampler reads.
+    assert len(ws.clip_history) == steps + 1 and ws.clip == ws.clip_history[-1]
+    assert ws.clipped_fraction is not None and abs(ws.clipped_fraction) < 0.05
+    assert ws.metric_clip == pytest.approx(ws.clip / math.sqrt(N), rel=0.05)
+    # A real ledger records the same total and number of releases.
+    real = PrivacyLedger(1.001 * mu)
+    with model:
+        private_warm_start(mu=mu, ledger=real, clip="auto", steps=steps, neighbours=neighbours)
+    assert real.releases == len(expected)
+    assert math.isclose(real.used_mu2, mu**2, rel_tol=1e-6)
+
+
+def test_a_fixed_clip_releases_no_count(model):
+    with model:
+        ws = private_warm_start(mu=0.5, ledger=PrivacyLedger(0.6), clip=6.0, steps=3)
+    assert ws.clipped_fraction is None and ws.clip_history == (6.0,) * 4
+    assert ws.metric_clip == pytest.approx(6.0 / math.sqrt(N))
+
+
 @pytest.mark.parametrize(("grants", "steps_done"), [(0, 0), (2, 0), (3, 1), (4, 1), (6, 2)])
 def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, grants, steps_done):
     ledger = RecordingLedger(spy, grants=grants)
