@@ -92,7 +92,7 @@ def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     the sum of an independent list of every release's mu^2, built from the schedule here:
     step 0 splits its curvature mu^2 over the shape and the scale (and the noisy n under
     add/remove-one) and spends its gradient's; each later step spends its curvature's, and
-    90% of its gradient's mu^2 on the gradient sum, 10% on the clipped count."""
+    95% of its gradient's mu^2 on the gradient sum, 5% on the clipped count."""
     mu, steps = 0.5, 3
     ledger = RecordingLedger(spy)
     with model:
@@ -104,7 +104,7 @@ def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     parts = 2 if neighbours == "substitute" else 3
     expected = [sched[0][1] ** 2 / parts] * parts + [sched[0][0] ** 2]
     for g, c in sched[1:]:
-        expected += [c**2, 0.9 * g**2, 0.1 * g**2]
+        expected += [c**2, 0.95 * g**2, 0.05 * g**2]
     spent = [e[1] for e in spy if e[0] == "spend"]
     np.testing.assert_allclose(spent, expected, rtol=1e-12)
     assert ws.releases == len(expected) == 3 * steps + parts - 2
