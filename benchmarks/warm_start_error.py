@@ -13,8 +13,9 @@ times the budget's ``mu`` (as ``pymc_penalty.sample(warm_start=share)`` does) an
 error of its point in posterior sd per coordinate, their RMS and largest magnitude, and the
 warm start's found clip and released clipped fraction where it has them. No chains are run.
 
-Run ``python benchmarks/warm_start_error.py [--workloads logistic gauss] [--seeds 0 1 2]
-[--clip auto]``. The last line printed is ``RESULT {...}``.
+Run ``python benchmarks/warm_start_error.py [--quick] [--workloads logistic gauss]
+[--seeds 0 1 2] [--clip auto]`` (``--quick``: n = 1e4, one seed, gauss at epsilon 6). The
+last line printed is ``RESULT {...}``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,9 @@ from _common import logistic_model, make_logistic_data  # noqa: E402
 from gauss import make_gauss  # noqa: E402
 from utility import DATA_SEED, _quiet  # noqa: E402
 
-N = 100_000
 
-
-def _logistic():
-    data = make_logistic_data(N, 5, seed=DATA_SEED)
+def _logistic(n: int, quick: bool = False):
+    data = make_logistic_data(n, 5, seed=DATA_SEED)
     X, y = data.X, data.y
     beta = np.zeros(5)
     for _ in range(50):  # Newton on the log posterior (prior N(0, 1))
@@ -48,17 +47,19 @@ def _logistic():
         if np.max(np.abs(step)) < 1e-12:
             break
     cov = np.linalg.inv(hess)
-    return logistic_model(data), beta, np.sqrt(np.diag(cov)), 1.0, 1.0 / N
+    return logistic_model(data), beta, np.sqrt(np.diag(cov)), 1.0, 1.0 / n
 
 
-def _gauss():
+def _gauss(n: int, quick: bool = False):
     import pymc as pm
 
-    g = make_gauss(N, 10)
+    g = make_gauss(n, 10)
     with pm.Model() as model:
         th = pm.Normal("th", 0.0, 10.0, shape=10)
         pm.MvNormal("x", mu=th, cov=g.cov, observed=g.X)
-    return model, g.post_mean, g.post_sd, 2.0, 0.1 / N
+    # Quick: epsilon 6, as gauss.py's quick mode (at n = 1e4 and epsilon 2 the warm start is
+    # noise-bound: errors of 3-15 sd before and after the found clip, 10 seeds).
+    return model, g.post_mean, g.post_sd, 6.0 if quick else 2.0, 0.1 / n
 
 
 WORKLOADS = {"logistic": _logistic, "gauss": _gauss}
@@ -66,6 +67,7 @@ WORKLOADS = {"logistic": _logistic, "gauss": _gauss}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="n = 1e4, one seed")
     parser.add_argument("--workloads", nargs="+", default=["logistic", "gauss"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--share", type=float, default=0.2)
@@ -76,12 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     from pymc_penalty.warmstart import private_warm_start
 
     clip = args.clip if args.clip == "auto" else float(args.clip)
+    n, seeds = (10_000, [0]) if args.quick else (100_000, args.seeds)
     result = {}
     for name in args.workloads:
-        model, mean, sd, eps, delta = WORKLOADS[name]()
+        model, mean, sd, eps, delta = WORKLOADS[name](n, args.quick)
         mu = float(np.sqrt(args.share)) * pp.gdp_mu(eps, delta)
         rows = []
-        for seed in args.seeds:
+        for seed in seeds:
             with model:
                 ws = private_warm_start(
                     mu=mu, ledger=pp.PrivacyLedger(1.001 * mu), clip=clip,

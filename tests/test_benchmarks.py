@@ -178,6 +178,17 @@ def check_gauss(res: dict) -> None:
         assert rows["defaults"]["warm_start_err_sd"] < 10.0, rows["defaults"]
 
 
+def check_warm_start_error(res: dict) -> None:
+    assert set(res) == {"logistic", "gauss"}
+    for name, rows in res.items():
+        for row in rows:
+            # Quick mode (n = 1e4, one seeded run): within a few posterior sd, and the
+            # found clip never below its start.
+            assert _positive(row["rms_sd"]) and row["max_sd"] < 10.0, (name, row)
+            assert row["clip"] >= row["clip_history"][0], (name, row)
+            assert math.isfinite(row["clipped_fraction"]), (name, row)
+
+
 CHECKS = {
     "accounting": check_accounting,
     "gauss": check_gauss,
@@ -187,6 +198,7 @@ CHECKS = {
     "owners": check_owners,
     "recycling": check_recycling,
     "speed": check_speed,
+    "warm_start_error": check_warm_start_error,
 }
 
 
