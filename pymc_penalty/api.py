@@ -21,7 +21,7 @@ from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
-from pymc_penalty.forecast import UtilityWarning, forecast_run
+from pymc_penalty.forecast import UtilityWarning, forecast_run, likelihood_family
 from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import check_initvals, data_dependent_deterministics
@@ -296,6 +296,7 @@ def _forecast_before_spending(
         n=step._n,  # public under substitute-one (checked above)
         d=d,
         steps=plan.draws * plan.chains,
+        likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
     )
     if forecast.verdict in ("poor", "hopeless"):
         warnings.warn(f"{forecast}", UtilityWarning, stacklevel=3)
