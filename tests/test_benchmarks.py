@@ -189,6 +189,36 @@ def check_warm_start_error(res: dict) -> None:
             assert math.isfinite(row["clipped_fraction"]), (name, row)
 
 
+def check_utility_table(res: dict) -> None:
+    from pymc_penalty.accounting import gdp_mu
+    from pymc_penalty.adaptation import clip_target_fraction
+    from pymc_penalty.forecast import row_quantile
+
+    assert res["cells"] and res["plan"]["draws"] > 0
+    for key, row in res["cells"].items():
+        workload, n, eps, d = row["workload"], row["n"], row["epsilon"], row["d"]
+        assert key.startswith(f"{workload}:"), key
+        for method in ("defaults", "oracle"):
+            assert _positive(row[method]["mean_err_sd"]) and _positive(row[method]["sd_ratio"])
+        assert row["defaults"]["epsilon_spent"] <= eps * (1 + 1e-9)
+        assert 0.0 < row["oracle"]["accept"] < 1.0, key
+        # The oracle clips about the fraction the defaults aim at (its quantile is probed).
+        target = clip_target_fraction(n)
+        assert target / 3 < row["oracle"]["clipped_fraction"] < 3 * target, key
+        # Seeded: the oracle (noise sd 2, the forecast's sampler) reaches near its forecast.
+        assert row["oracle"]["mean_err_sd"] < 3 * row["forecast_err_sd"], key
+        # E_max recomputed from its definition (DESIGN section 6, k = q / sqrt(d)).
+        family = {"logistic": "bernoulli", "gauss": "gaussian"}[workload]
+        k = row_quantile(family, target) / math.sqrt(d)
+        e_max = gdp_mu(eps, row["delta"]) ** 2 * n / (4 * k**2 * d**2)
+        assert row["e_max"] == pytest.approx(e_max, rel=1e-3), key
+        assert row["e_max_err_sd"] == pytest.approx(e_max**-0.5, rel=1e-3), key
+        assert row["forecast_err_sd"] == pytest.approx(row["forecast_ess"] ** -0.5, rel=1e-3)
+        errs = row["defaults"]["mean_err_sd"], row["oracle"]["mean_err_sd"]
+        expected = "n/a" if errs[1] > 0.5 else ("met" if errs[0] <= 1.5 * errs[1] else "not met")
+        assert row["target"] == expected, key
+
+
 CHECKS = {
     "accounting": check_accounting,
     "gauss": check_gauss,
@@ -199,6 +229,7 @@ CHECKS = {
     "recycling": check_recycling,
     "speed": check_speed,
     "warm_start_error": check_warm_start_error,
+    "utility_table": check_utility_table,
 }
 
 
