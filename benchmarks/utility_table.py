@@ -13,15 +13,16 @@ substitute-one neighbours, three figures side by side:
 - ``defaults``: ``pymc_penalty.sample(epsilon, delta)`` with every other argument at its
   default on this checkout (the plan, the clip, the warm start; only ``cores=1``,
   ``progressbar=False``, the seed and the model are passed);
-- ``oracle``: a penalty random walk (NumPy, here) that knows the posterior: it starts at
-  posterior draws, proposes ``theta + L w`` (``L`` the posterior covariance's Cholesky factor,
-  ``w`` a random direction of fixed whitened length ``l``), clips each row's log-likelihood
-  ratio at ``c l`` with ``c`` the rows' measured whitened-ratio quantile at the fraction
-  ``pymc_penalty.sample``'s clip adaptation aims at (``min(0.002, 0.06 / sqrt(n))``), and takes
-  ``l`` where the noise sd is 2 (the forecast's optimum), at most 2.38; it makes the same
-  releases as the defaults' plan (``chains x (tune + draws)``, all its budget on the
-  log-likelihood releases) and discards its first ``tune`` steps per chain, as
-  :mod:`gauss`'s oracle does;
+- ``oracle``: a penalty random walk (NumPy, here) that knows the posterior: it starts every
+  chain at one exact posterior draw (a chain that cannot move keeps about 1 sd of error;
+  independent exact starts would let four frozen chains show 0.5 sd), proposes ``theta + L w``
+  (``L`` the posterior covariance's Cholesky factor, ``w`` a random direction of fixed whitened
+  length ``l``), clips each row's log-likelihood ratio at ``c l`` with ``c`` the rows' measured
+  whitened-ratio quantile at the fraction ``pymc_penalty.sample``'s clip adaptation aims at
+  (``min(0.002, 0.06 / sqrt(n))``), and takes ``l`` where the noise sd is 2 (the forecast's
+  optimum), at most 2.38; it makes the same releases as the defaults' plan (``chains x (tune +
+  draws)``, all its budget on the log-likelihood releases) and discards its first ``tune`` steps
+  per chain, as :mod:`gauss`'s oracle does;
 - ``E_max = sigma^2 mu^2 n / (4 k^2 d^2)`` (``../shared/DESIGN.md`` section 6) with sigma = 1,
   ``mu`` the budget's Gaussian-DP ``mu`` and ``k`` from the per-row bound ``c_w = k sqrt(d / n)``
   with ``c_w = q / sqrt(n)``, ``q`` the likelihood family's whitened-ratio quantile at the same
@@ -276,7 +277,8 @@ def run_oracle(prob: Problem, plan: Plan, epsilon: float, seed: int) -> dict:
     length = min(LONGEST_STEP, ORACLE_NOISE_SD * mu_step / (2.0 * c))
     bound = c * length
     sigma = 2.0 * bound / mu_step
-    theta = prob.post_mean + rng.normal(size=(chains, d)) @ chol.T
+    start = prob.post_mean + chol @ rng.normal(size=d)  # one exact draw, shared
+    theta = np.repeat(start[None, :], chains, axis=0)
     ll = prob.loglik(theta)
     lp = prob.log_prior(theta)
     kept, accepted, clipped = [], 0, 0
