@@ -65,6 +65,7 @@ from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.adaptation import clip_target_fraction
 from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.validation import InvalidArgumentError
 
 __all__ = [
     "UtilityForecast",
@@ -186,7 +187,7 @@ def _budget_ess(mu: float, n: float, d: int, factor: float, noise_sd: float, q: 
 def _family(likelihood: str) -> str:
     name = _FAMILY_NAMES.get(likelihood.lower()) if isinstance(likelihood, str) else None
     if name is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`likelihood` must be one of {sorted(_FAMILY_NAMES)}; for another family pass "
             "`per_row_quantile` instead."
         )
@@ -253,7 +254,7 @@ def _resolve_quantile(
     """The per-row quantile ``q`` the forecast uses (see :func:`forecast_utility`)."""
     if per_row_quantile is not None:
         if likelihood is not None or clipped_fraction is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "Give `per_row_quantile` or `likelihood` / `clipped_fraction`, not both: the "
                 "quantile already states the likelihood's tail at its clipped fraction."
             )

@@ -14,6 +14,7 @@ from pymc_penalty import PrivacyLedger, UtilityWarning, sample
 from pymc_penalty.accounting import gdp_mu
 from pymc_penalty.adaptation import clip_target_fraction
 from pymc_penalty.forecast import forecast_utility, likelihood_family, row_quantile
+from pymc_penalty.validation import InvalidArgumentError
 
 
 def test_forecast_is_the_closed_form_of_the_budget_distance():
@@ -118,6 +119,19 @@ def test_the_likelihood_family_sets_the_forecast_bound():
     )
     only_fraction = forecast_utility(1.0, 1e-5, clipped_fraction=fraction, **kwargs)
     assert only_fraction == gauss
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"likelihood": "poisson"},
+        {"clipped_fraction": 0.0},
+        {"per_row_quantile": 4.0, "clipped_fraction": 1e-3},
+    ],
+)
+def test_tail_arguments_raise_the_package_argument_error(kwargs):
+    with pytest.raises(InvalidArgumentError):
+        forecast_utility(1.0, 1e-5, n=1000, d=3, **kwargs)
 
 
 def test_likelihood_family_reads_the_model_structure():
@@ -321,3 +335,30 @@ def test_no_forecast_under_add_remove_where_n_is_private(small_model):
             **QUIET,
         )
     assert "dp_forecast_ess" not in idata.attrs
+
+
+def test_sample_forecasts_with_the_model_likelihood_tail(small_model):
+    """pp.sample's forecast reads the likelihood's family off the model: the same plan and
+    budget on a Bernoulli model of the same n and d forecast (q_gauss / q_bernoulli)^2 of the
+    Gaussian model's ESS (both clip the fraction the clip adaptation aims at)."""
+    y = (np.random.default_rng(5).random(40) < 0.6).astype(int)
+    with pm.Model() as bernoulli_model:
+        m = pm.Normal("m", 0.0, 5.0)
+        pm.Bernoulli("y", logit_p=m, observed=y)
+    ess = {}
+    for name, model in (("gaussian", small_model), ("bernoulli", bernoulli_model)):
+        with pytest.warns(UtilityWarning):
+            idata = sample(
+                epsilon=0.5,
+                delta=1e-5,
+                draws=20,
+                tune=20,
+                chains=2,
+                model=model,
+                random_seed=1,
+                **QUIET,
+            )
+        ess[name] = idata.attrs["dp_forecast_ess"]
+    fraction = clip_target_fraction(40)
+    tail = (row_quantile("gaussian", fraction) / row_quantile("bernoulli", fraction)) ** 2
+    assert ess["bernoulli"] / ess["gaussian"] == pytest.approx(tail, rel=1e-9)
