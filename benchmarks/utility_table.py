@@ -39,12 +39,13 @@ fraction of a posterior sd's hundredth). Target (issue 13): the defaults within 
 oracle's error wherever the oracle reaches 0.5 sd or less ("met" / "not met" per cell; "n/a"
 where the oracle does not reach 0.5 sd).
 
-Run ``python benchmarks/utility_table.py [--quick] [--jobs N] [--cells SPEC ...]
-[--write-docs]``. A cell spec is ``workload:n:epsilon`` with ``*`` for any (``gauss:1e5:*``).
-``--jobs N`` runs cells in N processes, each single-threaded. ``--write-docs`` writes
-``docs/benchmarks/utility-table.md`` and ``.png`` (the cells not run are listed). The last line
-printed is ``RESULT {"cells": {"<workload>:<n>:<epsilon>": {...}}, ...}``.
-"""
+Run ``python benchmarks/utility_table.py [--quick] [--jobs N] [--cells SPEC ...] [--merge LOG
+...] [--write-docs]``. A cell spec is ``workload:n:epsilon`` with ``*`` for any
+(``gauss:1e5:*``). ``--jobs N`` runs cells in N processes, each single-threaded; ``--merge``
+adds the cells of earlier runs' printed output (their RESULT lines) without rerunning them.
+``--write-docs`` writes ``docs/benchmarks/utility-table.md`` and ``.png`` (the cells not run are
+listed). The last line printed is ``RESULT {"cells": {"<workload>:<n>:<epsilon>": {...}},
+...}``."""
 
 from __future__ import annotations
 
@@ -390,6 +391,22 @@ def select(cells: list[Cell], specs: list[str] | None) -> list[Cell]:
     return chosen
 
 
+def merge_results(paths: list[str], plan: Plan) -> dict[str, dict]:
+    """The cells of earlier runs' RESULT lines (their last one per file), checked to share
+    ``plan``."""
+    merged: dict[str, dict] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line for line in fh if line.startswith("RESULT ")]
+        if not lines:
+            raise SystemExit(f"--merge: no RESULT line in {path}")
+        result = json.loads(lines[-1][len("RESULT ") :])
+        if result["plan"] != asdict(plan):
+            raise SystemExit(f"--merge: {path} ran plan {result['plan']}, not {asdict(plan)}")
+        merged.update(result["cells"])
+    return merged
+
+
 def table(rows: dict[str, dict]) -> str:
     """Markdown table of the cells run."""
     lines = [
@@ -501,11 +518,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes (one thread each)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write-docs", action="store_true", help="docs/benchmarks/utility-table")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        metavar="LOG",
+        help="outputs of earlier runs (same plan): their RESULT cells join the table, not rerun",
+    )
     args = parser.parse_args(argv)
     utility_bench._quiet()
     grid = all_cells(args.quick)
-    cells = select(grid, args.cells)
+    cells = select(grid, args.cells) if args.cells or not args.merge else []
     plan = QUICK_PLAN if args.quick else Plan.defaults()
+    merged = merge_results(args.merge, plan)
+    cells = [c for c in cells if c.key not in merged]
     print(
         f"utility table: {len(cells)} of {len(grid)} cells, plan {asdict(plan)}, "
         f"{args.jobs} job(s)",
@@ -524,14 +550,15 @@ def main(argv: list[str] | None = None) -> int:
             key, row = run_cell(item)
             done[key] = row
             print(f"{key}: {json.dumps(row)}", flush=True)
-    rows = {c.key: done[c.key] for c in cells}
+    done.update(merged)
+    rows = {c.key: done[c.key] for c in grid if c.key in done}
     from _common import machine_info
 
     info = machine_info()
     out = {
         "cells": rows,
         "plan": asdict(plan),
-        "not_run": [c.key for c in grid if c not in cells],
+        "not_run": [c.key for c in grid if c.key not in rows],
         "machine": f"{info['cpu']} ({info['cpu_count']} cores)",
     }
     print()
