@@ -98,8 +98,13 @@ _TAIL_RATIO = {
     "gaussian": (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
     "bernoulli": (1.760, 1.707, 1.644, 1.572, 1.488, 1.385, 1.263, 1.123),
 }
-_FAMILY_NAMES = {"gaussian": "gaussian", "normal": "gaussian", "bernoulli": "bernoulli"}
-_FAMILY_NAMES["logistic"] = "bernoulli"
+#: Names ``likelihood=`` accepts, and the family each means.
+_FAMILY_NAMES = {
+    "gaussian": "gaussian",
+    "normal": "gaussian",
+    "bernoulli": "bernoulli",
+    "logistic": "bernoulli",
+}
 #: PyMC likelihoods (their ops' class names) whose family's tail is known here. A binomial
 #: row is a sum of Bernoulli trials, no heavier-tailed than one.
 _FAMILY_OF_OP = {
