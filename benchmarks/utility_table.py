@@ -439,28 +439,13 @@ def plot(rows: dict[str, dict], path: str) -> None:
         for i, n in enumerate(sorted({r["n"] for r in mine})):
             rs = sorted((r for r in mine if r["n"] == n), key=lambda r: r["epsilon"])
             eps = [r["epsilon"] for r in rs]
-            colour = f"C{i}"
-            ax.plot(
-                eps,
-                [r["defaults"]["mean_err_sd"] for r in rs],
-                "o-",
-                color=colour,
-                label=f"defaults, n = {_n_label(n)}",
-            )
-            ax.plot(
-                eps,
-                [r["oracle"]["mean_err_sd"] for r in rs],
-                "s--",
-                color=colour,
-                label=f"oracle, n = {_n_label(n)}",
-            )
-            ax.plot(
-                eps,
-                [r["e_max_err_sd"] for r in rs],
-                ":",
-                color=colour,
-                label=f"1/sqrt(E_max), n = {_n_label(n)}",
-            )
+            for name, style, values in (
+                ("defaults", "o-", [r["defaults"]["mean_err_sd"] for r in rs]),
+                ("oracle", "s--", [r["oracle"]["mean_err_sd"] for r in rs]),
+                ("1/sqrt(E_max)", ":", [r["e_max_err_sd"] for r in rs]),
+            ):
+                label = f"{name}, n = {_n_label(n)}"
+                ax.plot(eps, values, style, color=f"C{i}", label=label)
         ax.axhline(ORACLE_REACH, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -285,6 +285,8 @@ def small_model():
 
 
 QUIET = {"progressbar": False, "compute_convergence_checks": False, "cores": 1}
+#: A run too small for its budget: its forecast is hopeless.
+TINY = {"epsilon": 0.5, "delta": 1e-5, "draws": 20, "tune": 20, "chains": 2, "random_seed": 1}
 
 
 def test_a_hopeless_budget_is_forecast_before_anything_is_spent(small_model, tmp_path):
@@ -306,16 +308,7 @@ def test_a_hopeless_budget_is_forecast_before_anything_is_spent(small_model, tmp
     assert "epsilon about" in str(info.value) and "more rows" in str(info.value)
     assert PrivacyLedger.open(path).spent_mu2 == 0.0
     with pytest.warns(UtilityWarning, match="hopeless"):
-        idata = sample(
-            epsilon=0.5,
-            delta=1e-5,
-            draws=20,
-            tune=20,
-            chains=2,
-            model=small_model,
-            random_seed=1,
-            **QUIET,
-        )
+        idata = sample(model=small_model, **TINY, **QUIET)
     assert idata.attrs["dp_forecast_verdict"] == "hopeless"
     assert 0 < idata.attrs["dp_forecast_ess"] < 1
 
@@ -348,16 +341,7 @@ def test_sample_forecasts_with_the_model_likelihood_tail(small_model):
     ess = {}
     for name, model in (("gaussian", small_model), ("bernoulli", bernoulli_model)):
         with pytest.warns(UtilityWarning):
-            idata = sample(
-                epsilon=0.5,
-                delta=1e-5,
-                draws=20,
-                tune=20,
-                chains=2,
-                model=model,
-                random_seed=1,
-                **QUIET,
-            )
+            idata = sample(model=model, **TINY, **QUIET)
         ess[name] = idata.attrs["dp_forecast_ess"]
     fraction = clip_target_fraction(40)
     tail = (row_quantile("gaussian", fraction) / row_quantile("bernoulli", fraction)) ** 2
