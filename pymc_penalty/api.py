@@ -22,10 +22,14 @@ from pymc_penalty.adaptation import RW_SCALE
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
-from pymc_penalty.forecast import UtilityWarning, forecast_run
+from pymc_penalty.forecast import UtilityWarning, forecast_run, forecast_utility
 from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.model_checks import check_initvals, data_dependent_deterministics
+from pymc_penalty.model_checks import (
+    check_initvals,
+    data_dependent_deterministics,
+    n_datapoints,
+)
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
@@ -279,19 +283,30 @@ AUTO_WARM_START_SHARE = 0.2
 
 
 def _resolve_warm_start(
-    warm_start: float | str, model: pm.Model, pm_sample_kwargs: dict, owners: Any
+    warm_start: float | str,
+    model: pm.Model,
+    pm_sample_kwargs: dict,
+    owners: Any,
+    forecast: dict[str, Any],
 ) -> float:
-    """The warm start's share of the budget: ``"auto"`` is :data:`AUTO_WARM_START_SHARE` for a
-    model whose free variables are all continuous, sampled by one owner, with no ``initvals``
-    given, and 0 otherwise (the warm start needs gradients; given ``initvals`` choose the
-    start)."""
+    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` when
+    the forecast for the whole budget (``forecast``: :func:`forecast_utility`'s arguments but
+    the budget, public quantities only) is better than hopeless, and 0 otherwise: with ``initvals``
+    or ``owners`` given, without a public n (add/remove-one neighbours, where there is no
+    forecast), or with a forecast effective sample size below 1, where the warm start's
+    released curvature is mostly noise (opt in with a share)."""
     if not (isinstance(warm_start, str) and warm_start == "auto"):
         return float(warm_start)
     if owners is not None or "initvals" in pm_sample_kwargs:
         return 0.0
+    if forecast.get("neighbours") != "substitute":
+        return 0.0  # n is private: no forecast
     if any(v.dtype in pm.discrete_types for v in model.value_vars):
-        return 0.0
-    return AUTO_WARM_START_SHARE
+        return 0.0  # refused by the step; the warm start needs gradients
+    n = n_datapoints(model)
+    d = int(sum(np.size(v) for v in model.initial_point().values()))
+    outlook = forecast_utility(n=n, d=d, **forecast)
+    return 0.0 if outlook.verdict == "hopeless" else AUTO_WARM_START_SHARE
 
 
 #: Tuning steps per chain with ``tune="auto"`` and no warm start (``pm.sample``'s default).
@@ -319,6 +334,15 @@ def _resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
     return int(min(max(round(draws * _WARM_TUNE_SHARE), low), high))
 
 
+def _positive_definite(cov: np.ndarray) -> np.ndarray:
+    """``cov`` symmetrised, its eigenvalues floored at ``1e-12`` of the largest: the inverse of
+    a released precision can lose definiteness to rounding when it is ill conditioned."""
+    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-300))
+    out = (vecs * vals) @ vecs.T
+    return 0.5 * (out + out.T)
+
+
 def _chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[str, np.ndarray]]:
     """One start per chain, drawn independently from the warm start's Gaussian approximation
     ``N(point, covariance)`` (post-processing of released values: no privacy cost).
@@ -329,10 +353,11 @@ def _chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[s
     is near its stationary distribution from the first step."""
     seed = random_seed if isinstance(random_seed, int | np.integer) else None
     rng = np.random.default_rng(None if seed is None else [int(seed), 0x5EED])
-    chol = np.linalg.cholesky(warm.covariance)
+    vals, vecs = np.linalg.eigh(_positive_definite(warm.covariance))
+    root = vecs * np.sqrt(vals)
     starts = []
     for _ in range(chains):
-        x = warm.point + chol @ rng.standard_normal(warm.point.size)
+        x = warm.point + root @ rng.standard_normal(warm.point.size)
         start, values = 0, {}
         for name, value in warm.initvals.items():
             size = int(np.size(value))
@@ -449,9 +474,11 @@ def sample(
         covariance is the estimated posterior covariance, kept through tuning (only the
         scaling adapts, from ``2.38 / sqrt(d)``); the chains are calibrated to the rest of
         the budget. Its releases are charged to the same ledger and included in the report
-        (``dp_warm_start_*``). ``"auto"``: 0.2 unless ``initvals`` or ``owners`` are given
-        (then 0). ``warm_start=0`` opts out (the behaviour of earlier releases: chains start at the
-        model's initial point and adapt the full covariance).
+        (``dp_warm_start_*``). ``"auto"``: 0.2 under substitute-one neighbours when the
+        forecast for the whole budget (:func:`~pymc_penalty.forecast_utility`) is better than
+        hopeless; 0 with ``initvals`` or ``owners``, under add/remove-one (n is private) or
+        with a hopeless forecast. ``warm_start=0`` opts out (the behaviour of earlier
+        releases: chains start at the model's initial point and adapt the full covariance).
     warm_start_clip : float, optional
         Clip of each per-datapoint log-likelihood gradient's length in the warm start, in the
         metric of the per-datapoint Fisher information it estimates (released, so public).
@@ -493,7 +520,14 @@ def sample(
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
     _check_warm_start(warm_start, warm_start_clip, warm_start_steps)
-    warm_start = _resolve_warm_start(warm_start, model, pm_sample_kwargs, owners)
+    outlook = {
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "draws": int(draws),
+        "chains": int(chains),
+        "neighbours": str(getattr(neighbours, "value", neighbours)),
+    }
+    warm_start = _resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, outlook)
     tune = _resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
@@ -560,7 +594,7 @@ def sample(
             # (gauss, epsilon = 2: adapt="full" left sd ratio 0.71, R-hat 3.9; scaling-only
             # 1.04, 2.6), and a proposal frozen at the posterior's shape is what the metric
             # clip assumes. The step starts at the random-walk scale 2.38 / sqrt(d).
-            step_kwargs["S"] = warm.covariance
+            step_kwargs["S"] = _positive_definite(warm.covariance)
             step_kwargs.setdefault("adapt", "scaling")
             step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
