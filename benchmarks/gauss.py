@@ -23,8 +23,8 @@ Metrics: ``mean_err_sd``, the root-mean-square over coordinates of
 ``sd / exact sd``; for the defaults also the report's R-hat, bulk ESS, the chains' first
 warm-up state in posterior sd (``warm_start_err_sd``: with a warm start each chain starts at a
 draw from its Gaussian approximation, so about 1 plus the mode's own error), the median noise
-sd, the acceptance, the tuning steps and each phase's ``mu^2``. Target (issue 13): ``mean_err_sd <= 0.3`` at
-epsilon = 2 and 6.
+sd, the acceptance, the tuning steps and each phase's ``mu^2``. Target (issue 13):
+``mean_err_sd <= 0.3`` at epsilon = 2 and 6.
 
 Run ``python benchmarks/gauss.py [--quick] [--epsilons 2 6] [--warm-start 0.2] [--tune 1000]``
 (``--warm-start`` and ``--tune`` default to ``pp.sample``'s own: ``"auto"``). The last
