@@ -291,9 +291,9 @@ def _resolve_warm_start(
 ) -> float:
     """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` when
     the forecast for the whole budget (``forecast``: :func:`forecast_utility`'s arguments but
-    the budget, public quantities only) is better than hopeless, and 0 otherwise: with ``initvals``
-    or ``owners`` given, without a public n (add/remove-one neighbours, where there is no
-    forecast), or with a forecast effective sample size below 1, where the warm start's
+    the budget, public quantities only) is better than hopeless, and 0 otherwise: with
+    ``initvals`` or ``owners`` given, without a public n (add/remove-one neighbours, where
+    there is no forecast), or with a forecast effective sample size below 1, where the warm start's
     released curvature is mostly noise (opt in with a share)."""
     if not (isinstance(warm_start, str) and warm_start == "auto"):
         return float(warm_start)
@@ -303,8 +303,11 @@ def _resolve_warm_start(
         return 0.0  # n is private: no forecast
     if any(v.dtype in pm.discrete_types for v in model.value_vars):
         return 0.0  # refused by the step; the warm start needs gradients
-    n = n_datapoints(model)
-    d = int(sum(np.size(v) for v in model.initial_point().values()))
+    try:
+        n = n_datapoints(model)
+        d = int(sum(np.size(v) for v in model.initial_point().values()))
+    except Exception:  # noqa: BLE001 - the step's model gate raises the clear error
+        return 0.0
     outlook = forecast_utility(n=n, d=d, **forecast)
     return 0.0 if outlook.verdict == "hopeless" else AUTO_WARM_START_SHARE
 
