@@ -86,10 +86,10 @@ class Settings:
     n: int
     epsilons: tuple[float, ...]
     repeats: int
-    chains: int
-    tune: int
-    draws: int
-    warm_start: float
+    chains: int | None  # None: pp.sample's default (also tune, draws, warm_start)
+    tune: int | None
+    draws: int | None
+    warm_start: float | None
     clip: float | None
     clip_mode: str | None
     warm_start_clip: float | None
@@ -184,18 +184,18 @@ def penalty_draws(data: LogisticData, s: Settings, epsilon: float, seed: int) ->
             ("clip", s.clip),
             ("clip_mode", s.clip_mode),
             ("warm_start_clip", s.warm_start_clip),
+            ("draws", s.draws),
+            ("tune", s.tune),
+            ("chains", s.chains),
+            ("warm_start", s.warm_start),
         )
         if v is not None
     }
     idata = pp.sample(
         epsilon=epsilon,
         delta=1.0 / data.n,
-        draws=s.draws,
-        tune=s.tune,
-        chains=s.chains,
         cores=1,
         neighbours="substitute",
-        warm_start=s.warm_start,
         step_kwargs=dict(s.step_kwargs),
         random_seed=seed,
         progressbar=False,
@@ -259,6 +259,13 @@ class Reference:
 
 def budget_split(s: Settings) -> str:
     """How the penalty runs spend their budget (from the settings; in units of ``mu^2``)."""
+    if None in (s.chains, s.tune, s.draws, s.warm_start):
+        return (
+            "pp.sample's defaults: warm_start='auto' (20% of mu^2 unless the forecast is "
+            "hopeless), 4 chains x (tune='auto': a third of the draws after a warm start, "
+            "+ 1000 draws), unless set: "
+            f"chains={s.chains}, tune={s.tune}, draws={s.draws}, warm_start={s.warm_start}"
+        )
     releases = s.chains * (s.tune + s.draws)
     return (
         f"{100 * s.warm_start:.0f}% of mu^2 to the private warm start (8 Fisher-scoring steps, "
@@ -439,7 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--defaults",
         action="store_true",
-        help="pp.sample's clip defaults (clip='auto', clip_mode='metric')",
+        help="pp.sample's defaults: epsilon and delta only (no step_kwargs, clip, warm start, "
+        "chains, tune or draws given)",
+    )
+    parser.add_argument(
+        "--warm-start-clip", type=float, help="the warm start's gradient clip (in its metric)"
     )
     parser.add_argument(
         "--old-clip",
@@ -451,7 +462,19 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     s = SETTINGS[mode]
     if args.defaults:
-        s = replace(s, clip=None, clip_mode=None, warm_start_clip=None)
+        s = replace(
+            s,
+            clip=None,
+            clip_mode=None,
+            warm_start_clip=None,
+            chains=None,
+            tune=None,
+            draws=None,
+            warm_start=None,
+            step_kwargs={},
+        )
+    if args.warm_start_clip is not None:
+        s = replace(s, warm_start_clip=args.warm_start_clip)
     if args.old_clip:
         s = replace(s, clip=3.0, clip_mode="distance", warm_start_clip=3.0)
     if args.epsilons:

@@ -92,7 +92,7 @@ class Plan:
     """Steps per chain and chains: the defaults' plan (the oracle makes the same releases)."""
 
     draws: int
-    tune: int
+    tune: int  # AUTO_TUNE: pp.sample's tune="auto", resolved per cell by the defaults' run
     chains: int
 
     @classmethod
@@ -101,7 +101,14 @@ class Plan:
         import pymc_penalty as pp
 
         params = inspect.signature(pp.sample).parameters
-        return cls(*(int(params[k].default) for k in ("draws", "tune", "chains")))
+        tune = params["tune"].default
+        tune = AUTO_TUNE if tune == "auto" else int(tune)
+        return cls(int(params["draws"].default), tune, int(params["chains"].default))
+
+
+#: ``Plan.tune`` for ``pp.sample``'s ``tune="auto"``: the tuning steps the defaults chose in a
+#: cell (its report's ``dp_tune``) are then the oracle's too, so both make the same releases.
+AUTO_TUNE = -1
 
 
 QUICK_PLAN = Plan(draws=150, tune=150, chains=2)
@@ -246,6 +253,8 @@ def run_defaults(prob: Problem, plan: Plan, epsilon: float, seed: int, quick: bo
         accept=round(float(np.mean(stats["accepted"].values)), 3),
         noise_sd=round(float(np.median(stats["dp_noise_sd"].values)), 3),
         forecast_ess=round(float(idata.attrs.get("dp_forecast_ess", math.nan)), 3),
+        tune=int(idata.attrs.get("dp_tune", plan.tune)),
+        warm_start_share=float(idata.attrs.get("dp_warm_start_share", 0.0)),
         wall_s=round(wall, 1),
     )
     return out
@@ -332,6 +341,11 @@ def limits(prob: Problem, plan: Plan, epsilon: float) -> dict:
     }
 
 
+def _tune_text(tune: int) -> str:
+    """The plan's tuning steps as the docs say them."""
+    return '`tune="auto"` (per cell: the `tune` column)' if tune == AUTO_TUNE else str(tune)
+
+
 def verdict(defaults_err: float, oracle_err: float) -> str:
     """The target: defaults within 1.5x of the oracle wherever the oracle reaches 0.5 sd."""
     if not oracle_err <= ORACLE_REACH:
@@ -345,8 +359,10 @@ def run_cell(args: tuple[Cell, Plan, int, bool]) -> tuple[str, dict]:
     utility_bench._quiet()
     t0 = time.perf_counter()
     prob = make_problem(cell.workload, cell.n)
-    oracle = run_oracle(prob, plan, cell.epsilon, seed)
     defaults = run_defaults(prob, plan, cell.epsilon, seed, quick)
+    if plan.tune == AUTO_TUNE:  # the oracle makes the releases the defaults made
+        plan = Plan(plan.draws, defaults["tune"], plan.chains)
+    oracle = run_oracle(prob, plan, cell.epsilon, seed)
     row = {
         "workload": cell.workload,
         "n": cell.n,
@@ -411,15 +427,16 @@ def merge_results(paths: list[str], plan: Plan, commands: list[str]) -> dict[str
 def table(rows: dict[str, dict]) -> str:
     """Markdown table of the cells run."""
     lines = [
-        "| workload | n | epsilon | defaults error (sd) | defaults sd ratio | oracle error (sd) "
-        "| oracle sd ratio | 1/sqrt(E_max) | forecast error | target |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | n | epsilon | defaults error (sd) | defaults sd ratio | defaults R-hat "
+        "| tune | oracle error (sd) | oracle sd ratio | 1/sqrt(E_max) | forecast error | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows.values():
         df, orc = r["defaults"], r["oracle"]
         lines.append(
             f"| {r['workload']} | {_n_label(r['n'])} | {r['epsilon']:g} | {df['mean_err_sd']:.3g} "
-            f"| {df['sd_ratio']:.3g} | {orc['mean_err_sd']:.3g} | {orc['sd_ratio']:.3g} "
+            f"| {df['sd_ratio']:.3g} | {df.get('r_hat_max', math.nan):.3g} "
+            f"| {df.get('tune', '')} | {orc['mean_err_sd']:.3g} | {orc['sd_ratio']:.3g} "
             f"| {r['e_max_err_sd']:.3g} | {r['forecast_err_sd']:.3g} | {r['target']} |"
         )
     return "\n".join(lines)
@@ -479,7 +496,8 @@ half its size (the oracle over 8 seeds at logistic n = 1e4, epsilon = 6 measured
 
 What is compared, per cell (workload, n, epsilon), substitute-one neighbours: `defaults` is
 `pymc_penalty.sample(epsilon, delta)` with every other argument at its default (the plan:
-{plan["chains"]} chains x ({plan["tune"]} tuning + {plan["draws"]} draws)); `oracle` is a
+{plan["chains"]} chains x ({_tune_text(plan["tune"])} tuning + {plan["draws"]} draws));
+`oracle` is a
 penalty random walk that knows the posterior covariance and the rows' ratio quantiles, making
 the same releases (see `benchmarks/utility_table.py`); `1/sqrt(E_max)` is the error the budget's
 distance allows at best, `E_max = mu^2 n / (4 k^2 d^2)` (DESIGN section 6, sigma = 1, `k = q /

@@ -284,13 +284,14 @@ def check_sample_arguments(
     InvalidArgumentError
     """
     check_budget(epsilon, delta)
-    check_plan(draws, tune, chains)
+    check_plan(draws, 0 if isinstance(tune, str) and tune == "auto" else tune, chains)
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.jax_backend
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)
     check_share("clip_count_share", clip_count_share)
-    check_share("warm_start", warm_start)
+    if not (isinstance(warm_start, str) and warm_start == "auto"):
+        check_share("warm_start", warm_start)
     if warm_start_clip is not None:
         check_real("warm_start_clip", warm_start_clip, low=0.0, low_open=True)
     check_integer("warm_start_steps", warm_start_steps, low=1)

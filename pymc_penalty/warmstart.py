@@ -62,7 +62,7 @@ from scipy import special, stats
 
 from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.accounting.gdp import split_step_mu
-from pymc_penalty.adaptation import _CLIP_EVIDENCE_SES, CLIP_TARGET_FRACTION, _tail_factor
+from pymc_penalty.clip_adaptation import CLIP_EVIDENCE_SES, CLIP_TARGET_FRACTION, tail_factor
 from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.model_checks import validate_model
 from pymc_penalty.sensitivity import Neighbours
@@ -377,7 +377,7 @@ def fisher_scoring(
         its step, :func:`pymc_penalty.accounting.gdp.split_step_mu`), and when the released
         fraction (over ``n``, or over the released count under add/remove-one) differs from
         the target by more than two of its noise sds the next step's clip moves by the
-        sampler's Gaussian-tail rule (:func:`pymc_penalty.adaptation._tail_factor`): up by
+        sampler's Gaussian-tail rule (:func:`pymc_penalty.clip_adaptation.tail_factor`): up by
         at most 4 times, down by at most its factor for half the target (about 6%) and never
         below the start. Too small a clip biases the mode (several posterior sd), too large
         a one only adds noise in proportion, and the rule's own floor (halve the clip when the
@@ -433,7 +433,11 @@ def fisher_scoring(
             mean_log = (log_scale_sum(diffs, shape_chol) + sd * noise.standard_normal()) / pairs
             # A Gaussian difference with covariance s * shape has E log(|w|^2/d) =
             # log s + digamma(d/2) + log(2/d); the difference's covariance is twice F's.
-            log_s = min(mean_log, LOG_CLIP) - special.digamma(d / 2.0) - math.log(2.0 / d)
+            # Each row's log length is clipped to [-LOG_CLIP, LOG_CLIP], so the true mean is
+            # too: clip the released one to the same range (at a tiny budget its noise alone
+            # could reach -800 and underflow the metric to a singular 0).
+            mean_log = min(max(mean_log, -LOG_CLIP), LOG_CLIP)
+            log_s = mean_log - special.digamma(d / 2.0) - math.log(2.0 / d)
             fisher = _PILOT_SAFETY * 0.5 * math.exp(log_s) * shape
         else:
             sd = outer_sensitivity(c_diff, neighbours) / mu_curv
@@ -457,9 +461,9 @@ def fisher_scoring(
         if mu_count > 0:  # the next step's clip, from released values only (never the true n)
             fraction, se = count / n_hat, count_sd / n_hat
             near = float(np.linalg.norm(centre)) <= _NEAR_MODE
-            if near and abs(fraction - _CLIP_TARGET) > _CLIP_EVIDENCE_SES * se:
+            if near and abs(fraction - _CLIP_TARGET) > CLIP_EVIDENCE_SES * se:
                 # Down by at most the factor for half the target, never below the start.
-                factor = _tail_factor(_CLIP_TARGET, max(fraction, 0.5 * _CLIP_TARGET))
+                factor = tail_factor(_CLIP_TARGET, max(fraction, 0.5 * _CLIP_TARGET))
                 c_grad = max(c_grad * factor, clips[0])
                 c_diff = math.sqrt(2.0) * c_grad
             clips.append(c_grad)

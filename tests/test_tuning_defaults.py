@@ -1,0 +1,161 @@
+"""pp.sample's defaults after a private warm start: its metric is kept through tuning (only
+the scaling adapts, from 2.38 / sqrt(d), then freezes), each chain starts at its own draw from
+the warm start's Gaussian approximation, and ``warm_start`` / ``tune`` default to rules."""
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_penalty as pp
+import pymc_penalty.api as api
+from pymc_penalty.warmstart import WarmStart
+
+
+def _regression(n: int = 3000, seed: int = 3) -> pm.Model:
+    """A Gaussian regression with features on scales 0.2 to 5 (an anisotropic posterior)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)) * np.array([0.2, 1.0, 5.0])
+    y = X @ np.array([1.0, -0.5, 0.2]) + rng.normal(size=n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 10.0, shape=3)
+        pm.Normal("y", mu=pm.math.dot(X, b), sigma=1.0, observed=y)
+    return model
+
+
+def _recorded_run(monkeypatch, step_kwargs=None, **kwargs):
+    """Run pp.sample, recording the warm start and each chain's last proposal factor."""
+    warm_starts: list[WarmStart] = []
+    chols: dict[int, np.ndarray] = {}
+    real_warm_start = api.private_warm_start
+
+    def recording_warm_start(*args, **kw):
+        warm_starts.append(real_warm_start(*args, **kw))
+        return warm_starts[-1]
+
+    class Recording(pp.PenaltyMetropolis):
+        def astep(self, q0):
+            out = super().astep(q0)
+            chols[id(self)] = self.adapter.chol.copy()
+            return out
+
+    monkeypatch.setattr(api, "private_warm_start", recording_warm_start)
+    monkeypatch.setattr(api, "PenaltyMetropolis", Recording)
+    with _regression():
+        idata = pp.sample(
+            epsilon=6.0,
+            delta=1e-5,
+            draws=100,
+            chains=2,
+            cores=1,
+            random_seed=5,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+            step_kwargs=step_kwargs,
+            **kwargs,
+        )
+    return idata, warm_starts, list(chols.values())
+
+
+def test_warm_start_metric_is_kept_and_only_the_scaling_tunes(monkeypatch):
+    idata, warm_starts, chols = _recorded_run(monkeypatch)
+    # warm_start="auto" spent 0.2 here (a forecast better than hopeless), tune="auto" a third
+    # of the draws within [200, 1000].
+    assert idata.attrs["dp_warm_start_share"] == pytest.approx(0.2)
+    assert idata.attrs["dp_tune"] == 200
+    assert idata.warmup_posterior.sizes["draw"] == 200
+    (warm,) = warm_starts
+    metric = api._positive_definite(warm.covariance)
+    assert chols, "no step ran"
+    for chol in chols:
+        np.testing.assert_allclose(chol @ chol.T, metric, rtol=1e-9, atol=0.0)
+    # The scaling starts at the random-walk scale and is frozen after tuning.
+    scaling = idata.warmup_sample_stats["scaling"].values
+    np.testing.assert_allclose(scaling[:, 0], 2.38 / math.sqrt(3), rtol=1e-12)
+    drawn = idata.sample_stats["scaling"].values
+    assert np.all(drawn == drawn[:, :1])
+    assert np.all(np.abs(np.log(drawn[:, 0] / scaling[:, 0])) > 1e-6)  # it did tune
+
+
+def test_must_fail_control_full_adaptation_replaces_the_warm_start_metric(monkeypatch):
+    """The rule before: the chain's covariance replaced the warm start's at each window end."""
+    _, warm_starts, chols = _recorded_run(monkeypatch, step_kwargs={"adapt": "full"})
+    metric = api._positive_definite(warm_starts[0].covariance)
+    assert chols
+    for chol in chols:
+        assert not np.allclose(chol @ chol.T, metric, rtol=1e-3, atol=0.0)
+
+
+def _warm(point, cov) -> WarmStart:
+    point = np.asarray(point, dtype=float)
+    initvals = {"a": point[:1].copy(), "b_log__": point[1:].reshape(1, 2).copy()}
+    return WarmStart(
+        point=point,
+        covariance=np.asarray(cov),
+        initvals=initvals,
+        mu=1.0,
+        releases=1,
+        clip=3.0,
+        metric_clip=0.03,
+        clipped_fraction=None,
+        clip_history=(3.0,),
+    )
+
+
+def test_chain_starts_are_independent_draws_from_the_warm_start_approximation():
+    cov = np.array([[4.0, 1.0, 0.0], [1.0, 1.0, -0.3], [0.0, -0.3, 0.25]])
+    warm = _warm([1.0, -2.0, 0.5], cov)
+    chains = 4000
+    starts = api._chain_starts(warm, chains, random_seed=11)
+    assert starts[0]["a"].shape == (1,) and starts[0]["b_log__"].shape == (1, 2)
+    x = np.array([np.concatenate([s["a"], s["b_log__"].ravel()]) for s in starts])
+    # Mean within 4 standard errors; covariance entries within 4 of theirs (Wishart).
+    se = np.sqrt(np.diag(cov) / chains)
+    assert np.all(np.abs(x.mean(axis=0) - warm.point) < 4 * se)
+    emp = np.cov(x, rowvar=False)
+    se_cov = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / chains)
+    assert np.all(np.abs(emp - cov) < 4 * se_cov)
+    # Seeded: reproducible; different seeds, different starts.
+    again = api._chain_starts(warm, 2, random_seed=11)
+    np.testing.assert_array_equal(again[1]["a"], starts[1]["a"])
+    other = api._chain_starts(warm, 2, random_seed=12)
+    assert not np.array_equal(other[0]["a"], starts[0]["a"])
+
+
+def test_chain_starts_survive_a_covariance_that_lost_definiteness_to_rounding():
+    v = np.array([1.0, 1.0, 1.0]) / math.sqrt(3.0)
+    cov = 1e8 * np.outer(v, v) - 1e-9 * np.eye(3)  # rank one, slightly indefinite
+    starts = api._chain_starts(_warm([0.0, 0.0, 0.0], cov), 3, random_seed=1)
+    assert all(np.all(np.isfinite(s["a"])) for s in starts)
+
+
+@pytest.mark.parametrize(
+    ("tune", "draws", "share", "expected"),
+    [
+        ("auto", 1000, 0.2, 333),
+        ("auto", 100, 0.2, 200),
+        ("auto", 9000, 0.2, 1000),
+        ("auto", 1000, 0.0, 1000),
+        (50, 1000, 0.2, 50),
+    ],
+)
+def test_auto_tune_is_a_third_of_the_draws_after_a_warm_start(tune, draws, share, expected):
+    assert api._resolve_tune(tune, draws, share) == expected
+
+
+def test_auto_warm_start_rule():
+    model = _regression(n=3000)
+    base = {"epsilon": 6.0, "delta": 1e-5, "draws": 1000, "chains": 4}
+    sub = dict(base, neighbours="substitute")
+    assert api._resolve_warm_start("auto", model, {}, None, sub) == 0.2
+    assert api._resolve_warm_start(0.35, model, {}, None, sub) == 0.35
+    assert api._resolve_warm_start(0.0, model, {}, None, sub) == 0.0  # the opt-out
+    # No warm start: initvals or owners given, n private, or a hopeless forecast.
+    assert api._resolve_warm_start("auto", model, {"initvals": {}}, None, sub) == 0.0
+    assert api._resolve_warm_start("auto", model, {}, ["owner"], sub) == 0.0
+    adds = dict(base, neighbours="add_remove")
+    assert api._resolve_warm_start("auto", model, {}, None, adds) == 0.0
+    hopeless = dict(sub, epsilon=1e-3)
+    assert api._resolve_warm_start("auto", model, {}, None, hopeless) == 0.0
