@@ -408,20 +408,40 @@ def select(cells: list[Cell], specs: list[str] | None) -> list[Cell]:
 
 
 def merge_results(paths: list[str], plan: Plan, commands: list[str]) -> dict[str, dict]:
-    """The cells of earlier runs' RESULT lines (their last one per file), checked to share
-    ``plan``; their commands are appended to ``commands``."""
+    """The cells of earlier runs' outputs, checked to share ``plan``: a file's last RESULT line,
+    or, from a run stopped before it printed one (a time limit), the cells it printed one by
+    one (``<key>: {json}``) and the plan of its first line; their commands are appended to
+    ``commands``."""
     merged: dict[str, dict] = {}
     for path in paths:
         with open(path, encoding="utf-8") as fh:
-            lines = [line for line in fh if line.startswith("RESULT ")]
-        if not lines:
-            raise SystemExit(f"--merge: no RESULT line in {path}")
-        result = json.loads(lines[-1][len("RESULT ") :])
+            text = fh.read().splitlines()
+        lines = [line for line in text if line.startswith("RESULT ")]
+        if lines:
+            result = json.loads(lines[-1][len("RESULT ") :])
+        else:
+            result = _partial_result(text, path)
         if result["plan"] != asdict(plan):
             raise SystemExit(f"--merge: {path} ran plan {result['plan']}, not {asdict(plan)}")
         merged.update(result["cells"])
         commands += [c for c in result.get("commands", []) if c not in commands]
     return merged
+
+
+def _partial_result(lines: list[str], path: str) -> dict:
+    """What a run stopped before its RESULT line printed: its plan and finished cells."""
+    import ast
+
+    head = [line for line in lines if line.startswith("utility table: ")]
+    if not head or " plan " not in head[0]:
+        raise SystemExit(f"--merge: no RESULT line and no run header in {path}")
+    plan_text = head[0].split(" plan ", 1)[1].rsplit(", ", 1)[0]
+    cells = {}
+    for line in lines:
+        key, sep, rest = line.partition(": ")
+        if sep and key.count(":") == 2 and rest.startswith("{"):
+            cells[key] = json.loads(rest)
+    return {"plan": ast.literal_eval(plan_text), "cells": cells}
 
 
 def table(rows: dict[str, dict]) -> str:

@@ -21,11 +21,9 @@ from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.adaptation import RW_SCALE
 from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.callback import PrivacyCallback
-from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
 from pymc_penalty.forecast import (
     UtilityWarning,
     forecast_run,
-    forecast_utility,
     likelihood_family,
 )
 from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
@@ -33,9 +31,15 @@ from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import (
     check_initvals,
     data_dependent_deterministics,
-    n_datapoints,
 )
-from pymc_penalty.report import attach_report, build_report
+from pymc_penalty.publish import finalize, finalize_result, step_report
+from pymc_penalty.sample_plan import (
+    chain_starts,
+    phase_report,
+    positive_definite,
+    resolve_tune,
+    resolve_warm_start,
+)
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.validation import check_sample_arguments
@@ -72,14 +76,6 @@ def _data_free_reason(exc: BaseException) -> str:
     return "details withheld, they could quote data values"
 
 
-def _mean_clipped_fraction(idata: az.InferenceData) -> float:
-    stats = idata.sample_stats
-    frac = np.asarray(stats["dp_clipped_fraction"].values, dtype=float)
-    released = np.asarray(stats["dp_released"].values, dtype=bool)
-    vals = frac[released & np.isfinite(frac)]
-    return float(vals.mean()) if vals.size else float("nan")
-
-
 def _as_float(value: Any) -> float:
     try:
         return float(value)
@@ -100,279 +96,9 @@ def _check_warm_start(warm_start: float | str, warm_start_clip: float | None, st
         raise ValueError("`warm_start_steps` must be a positive integer.")
 
 
-def _releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
-    """Releases per chain, tuning included, from the stored statistics and the ledger.
-
-    Stored draws say which were released. Tuning draws are usually not stored: a chain whose
-    first stored draw was released released every tuning step too (a ledger's refusal is
-    final for a fixed per-step cost, so nothing before a released step was refused). For the
-    other chains the ledger's release count, less the chains known, is shared out, each
-    getting at most its tuning steps.
-    """
-    stats = idata.sample_stats
-    released = np.asarray(stats["dp_released"].values, dtype=bool)
-    counts = released.sum(axis=1)
-    warm = idata.warmup_sample_stats if "warmup_sample_stats" in idata.groups() else None
-    if warm is not None and "dp_released" in warm:
-        counts = counts + np.asarray(warm["dp_released"].values, dtype=bool).sum(axis=1)
-    else:
-        tune = int(stats.attrs.get("tuning_steps", 0) or 0)
-        certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
-        counts = counts + np.where(certain, tune, 0)
-        total = getattr(ledger, "releases", None)
-        rest = tune * int((~certain).sum()) if total is None else int(total) - int(counts.sum())
-        for c in np.flatnonzero(~certain):
-            share = min(tune, max(rest, 0))
-            counts[c] += share
-            rest -= share
-    chains = np.asarray(stats["chain"].values)
-    return {int(c): int(k) for c, k in zip(chains, counts, strict=True)}
-
-
-def _return_reservation(ledger: Any) -> None:
-    release = getattr(ledger, "release_unused", None)
-    if release is not None:
-        release()
-
-
-def _step_report(
-    step: Any,
-    budget: PrivacyBudget,
-    callback: PrivacyCallback | None,
-    clipped_fraction: float,
-    releases_by_chain: dict[int, int] | None = None,
-) -> dict[str, Any]:
-    """The report of what ``step``'s ledger has committed (its unused reservation returned)."""
-    _return_reservation(step.ledger)
-    if callback is not None:
-        releases_by_chain = dict(callback.releases_by_chain)
-    return build_report(
-        step=step,
-        budget=budget,
-        spent_mu2=step.ledger.spent_mu2,
-        releases_by_chain=releases_by_chain or {},
-        clipped_fraction=clipped_fraction,
-        component_mu2=None if callback is None else dict(callback.component_mu2),
-    )
-
-
-def _finalize(
-    idata: az.InferenceData,
-    step: Any,
-    *,
-    callback: PrivacyCallback | None,
-    model: pm.Model | None,
-    keep_data: bool = False,
-    extra: dict[str, Any] | None = None,
-) -> az.InferenceData:
-    budget = getattr(step, "budget", None)
-    if budget is None and callback is not None:
-        budget = callback.budget
-    if budget is None:
-        raise ValueError(
-            "`step` has no budget: construct it with `epsilon` and `delta` (or pass the "
-            "`callback` that composed its releases, which holds the budget)."
-        )
-    ledger = getattr(step, "ledger", None)
-    if ledger is None or not hasattr(ledger, "spent_mu2"):
-        raise ValueError(
-            "`step` has no PrivacyLedger, so what it released was never counted: construct it "
-            "with `epsilon` and `delta`."
-        )
-    if not isinstance(idata, az.InferenceData):
-        raise ValueError("`idata` must be the InferenceData that pm.sample returned.")
-    if "dp_epsilon" in idata.attrs:
-        raise ValueError("`idata` already has a privacy report: it was finalized before.")
-    if "sample_stats" not in idata.groups() or "dp_released" not in idata.sample_stats:
-        raise ValueError(
-            "`idata` has no penalty-step statistics (`dp_released` in sample_stats): pass the "
-            "result of pm.sample with this step."
-        )
-    _return_reservation(ledger)  # this process's: the file then holds every grant
-    if callback is not None:
-        callback.check_against_ledger()
-    releases = None if callback is not None else _releases_by_chain(idata, ledger)
-    report = _step_report(step, budget, callback, _mean_clipped_fraction(idata), releases)
-    report.update(extra or {})
-    if model is None:
-        model = getattr(step, "_model", None)
-    idata = attach_report(idata, report, model=model, keep_data=keep_data)
-    _verdict_after_sampling(idata)
-    return idata
-
-
-def _verdict_after_sampling(idata: az.InferenceData) -> None:
-    """Attach the convergence verdict (released draws only) and warn when it is bad."""
-    verdict = convergence_verdict(idata)
-    idata.attrs.update(verdict)
-    if verdict["dp_convergence"] == "not converged":
-        warnings.warn(
-            f"The private chains have not converged: largest R-hat "
-            f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "
-            f"{verdict['dp_ess_bulk_min']:.3g} (want >= {ESS_MIN:g}). Do not report these "
-            "draws as the posterior: the budget was too small for this model and n (see the "
-            "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
-            "docs/choosing-parameters.md.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-
-
-def finalize(
-    idata: az.InferenceData,
-    step: PenaltyMetropolis,
-    *,
-    callback: PrivacyCallback | None = None,
-    model: pm.Model | None = None,
-) -> az.InferenceData:
-    """Make ``pm.sample``'s result publishable: attach the privacy report, strip the data.
-
-    The last step of the low-level path::
-
-        with model:
-            step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, plan=plan)
-            idata = pm.sample(plan.draws, tune=plan.tune, chains=plan.chains, step=step)
-        idata = pp.finalize(idata, step)
-
-    The report (:func:`~pymc_penalty.build_report`) is built from the step's own budget and
-    ledger: ``dp_epsilon`` is what the ledger committed, over every chain and process, tuning
-    included, and never more than the budget. :func:`~pymc_penalty.attach_report` then
-    removes ``observed_data``, ``constant_data``, ``log_likelihood``, data-dependent
-    Deterministics and record ids, and the draws the ledger refused. :func:`sample` ends the
-    same way.
-
-    Why a separate call: PyMC has no hook that runs after sampling, so a step cannot clean
-    ``pm.sample``'s result itself. A budgeted step therefore warns when it is made
-    (:class:`~pymc_penalty.UnpublishedResultWarning`), and only a finalized result carries
-    ``dp_epsilon`` in its attrs, which :func:`pymc_penalty.diagnostics.summary` requires.
-
-    Parameters
-    ----------
-    idata : InferenceData
-        What ``pm.sample(step=step, ...)`` returned. It is modified in place.
-    step : PenaltyMetropolis
-        The step that produced it, constructed with ``epsilon`` and ``delta`` (or with a
-        :class:`~pymc_penalty.PrivacyLedger` and the ``callback`` below).
-    callback : PrivacyCallback, optional
-        If it was passed to ``pm.sample``: its per-chain release counts (and several owners'
-        per-party costs) go into the report, and it is checked against the ledger. Without
-        it, releases per chain are counted from the stored statistics; where the budget ran
-        out before a chain's first stored draw, its tuning releases (not stored by default)
-        are inferred from the ledger's release count.
-    model : pm.Model, optional
-        The sampled model; default the step's.
-
-    Returns
-    -------
-    InferenceData
-        The same object, with the report in ``attrs`` (keys ``dp_*``).
-
-    Raises
-    ------
-    ValueError
-        If the step has no budget or no ledger, if ``idata`` is not a penalty-step result, or
-        if it was finalized already.
-    PrivacyAccountingError
-        If ``callback`` saw releases that cost more than the ledger recorded.
-    """
-    return _finalize(idata, step, callback=callback, model=model)
-
-
 def _warm_start_clip(warm_start_clip: float | None) -> float | str:
     """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
     return "auto" if warm_start_clip is None else float(warm_start_clip)
-
-
-#: Share of the budget's ``mu^2`` that ``warm_start="auto"`` spends on the warm start.
-AUTO_WARM_START_SHARE = 0.2
-
-
-def _resolve_warm_start(
-    warm_start: float | str,
-    model: pm.Model,
-    pm_sample_kwargs: dict,
-    owners: Any,
-    forecast: dict[str, Any],
-) -> float:
-    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` when
-    the forecast for the whole budget (``forecast``: :func:`forecast_utility`'s arguments but
-    the budget, public quantities only) is better than hopeless, and 0 otherwise: with
-    ``initvals`` or ``owners`` given, without a public n (add/remove-one neighbours, where
-    there is no forecast), or with a forecast effective sample size below 1, where the warm start's
-    released curvature is mostly noise (opt in with a share)."""
-    if not (isinstance(warm_start, str) and warm_start == "auto"):
-        return float(warm_start)
-    if owners is not None or "initvals" in pm_sample_kwargs:
-        return 0.0
-    if forecast.get("neighbours") != "substitute":
-        return 0.0  # n is private: no forecast
-    if any(v.dtype in pm.discrete_types for v in model.value_vars):
-        return 0.0  # refused by the step; the warm start needs gradients
-    try:
-        n = n_datapoints(model)
-        d = int(sum(np.size(v) for v in model.initial_point().values()))
-    except Exception:  # noqa: BLE001 - the step's model gate raises the clear error
-        return 0.0
-    outlook = forecast_utility(n=n, d=d, **forecast)
-    return 0.0 if outlook.verdict == "hopeless" else AUTO_WARM_START_SHARE
-
-
-#: Tuning steps per chain with ``tune="auto"`` and no warm start (``pm.sample``'s default).
-_COLD_TUNE = 1000
-#: With a warm start, ``tune="auto"`` tunes for this share of the draws, within the bounds.
-_WARM_TUNE_SHARE = 1.0 / 3.0
-_WARM_TUNE_BOUNDS = (200, 1000)
-
-
-def _resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
-    """Tuning steps per chain: ``"auto"`` is 1000 without a warm start (the chains travel
-    from the model's initial point) and a third of ``draws`` within [200, 1000] with one.
-
-    Every tuning step costs as much privacy as a draw, and the budget buys a fixed total
-    squared distance, so the tuning share is taken from the draws' effective sample size.
-    Started from the warm start's approximation with its metric kept, the chains need no
-    travel, only the scaling and the clip: on the gauss workload (n = 1e5, d = 10,
-    epsilon = 2) the scaling settled within 50 steps and the clip within 300 (one chain of
-    four moved it once more, at 500-700)."""
-    if not (isinstance(tune, str) and tune == "auto"):
-        return int(tune)
-    if warm_start <= 0:
-        return _COLD_TUNE
-    low, high = _WARM_TUNE_BOUNDS
-    return int(min(max(round(draws * _WARM_TUNE_SHARE), low), high))
-
-
-def _positive_definite(cov: np.ndarray) -> np.ndarray:
-    """``cov`` symmetrised, its eigenvalues floored at ``1e-12`` of the largest: the inverse of
-    a released precision can lose definiteness to rounding when it is ill conditioned."""
-    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
-    vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-300))
-    out = (vecs * vals) @ vecs.T
-    return 0.5 * (out + out.T)
-
-
-def _chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[str, np.ndarray]]:
-    """One start per chain, drawn independently from the warm start's Gaussian approximation
-    ``N(point, covariance)`` (post-processing of released values: no privacy cost).
-
-    Chains that all start at the estimated mode begin with no spread, and a noise-limited
-    chain moves too little in one run to build it: on the gauss workload (epsilon = 2) their
-    sd was 0.71 of the posterior's and R-hat 3.9. Started from the approximation, each chain
-    is near its stationary distribution from the first step."""
-    seed = random_seed if isinstance(random_seed, int | np.integer) else None
-    rng = np.random.default_rng(None if seed is None else [int(seed), 0x5EED])
-    vals, vecs = np.linalg.eigh(_positive_definite(warm.covariance))
-    root = vecs * np.sqrt(vals)
-    starts = []
-    for _ in range(chains):
-        x = warm.point + root @ rng.standard_normal(warm.point.size)
-        start, values = 0, {}
-        for name, value in warm.initvals.items():
-            size = int(np.size(value))
-            values[name] = x[start : start + size].reshape(np.shape(value)).astype(value.dtype)
-            start += size
-        starts.append(values)
-    return starts
 
 
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -380,18 +106,6 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
         "dp_warm_start_share": float(share) if warm is not None else 0.0,
         "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
         "dp_warm_start_releases": warm.releases if warm is not None else 0,
-    }
-
-
-def _phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:
-    """What the plan gives tuning and the draws: the tuning steps per chain and the Gaussian-DP
-    ``mu`` of each phase over every chain (``sqrt(steps) * mu``; the warm start's is
-    ``dp_warm_start_mu``). Planned values: a ledger that refuses earlier spends less."""
-    mu = step.mu if step.mu is not None else math.nan
-    return {
-        "dp_tune": int(plan.tune),
-        "dp_tuning_mu": float(mu * math.sqrt(plan.tune * plan.chains)),
-        "dp_draws_mu": float(mu * math.sqrt(plan.draws * plan.chains)),
     }
 
 
@@ -483,10 +197,10 @@ def sample(
         covariance is the estimated posterior covariance, kept through tuning (only the
         scaling adapts, from ``2.38 / sqrt(d)``); the chains are calibrated to the rest of
         the budget. Its releases are charged to the same ledger and included in the report
-        (``dp_warm_start_*``). ``"auto"``: 0.2 under substitute-one neighbours when the
-        forecast for the whole budget (:func:`~pymc_penalty.forecast_utility`) is better than
-        hopeless; 0 with ``initvals`` or ``owners``, under add/remove-one (n is private) or
-        with a hopeless forecast. ``warm_start=0`` opts out (the behaviour of earlier
+        (``dp_warm_start_*``). ``"auto"``: 0.2 under substitute-one neighbours (also when
+        the forecast is hopeless: the chains then at least start near the posterior); 0 with
+        ``initvals`` or ``owners`` and under add/remove-one (n is private). ``warm_start=0``
+        opts out (the behaviour of earlier
         releases: chains start at the model's initial point and adapt the full covariance).
     warm_start_clip : float, optional
         Clip of each per-datapoint log-likelihood gradient's length in the warm start, in the
@@ -537,8 +251,8 @@ def sample(
         "neighbours": str(getattr(neighbours, "value", neighbours)),
         "likelihood": likelihood_family(model),  # the tail of its rows: public, from the model
     }
-    warm_start = _resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, outlook)
-    tune = _resolve_tune(tune, int(draws), warm_start)
+    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, outlook)
+    tune = resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
 
@@ -595,7 +309,7 @@ def sample(
             raise
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
-        pm_sample_kwargs["initvals"] = _chain_starts(
+        pm_sample_kwargs["initvals"] = chain_starts(
             warm, plan.chains, pm_sample_kwargs.get("random_seed")
         )
         if "S" not in step_kwargs:
@@ -604,7 +318,7 @@ def sample(
             # (gauss, epsilon = 2: adapt="full" left sd ratio 0.71, R-hat 3.9; scaling-only
             # 1.04, 2.6), and a proposal frozen at the posterior's shape is what the metric
             # clip assumes. The step starts at the random-walk scale 2.38 / sqrt(d).
-            step_kwargs["S"] = _positive_definite(warm.covariance)
+            step_kwargs["S"] = positive_definite(warm.covariance)
             step_kwargs.setdefault("adapt", "scaling")
             step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
@@ -632,7 +346,7 @@ def sample(
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
-    warm_report.update(_phase_report(step, plan))
+    warm_report.update(phase_report(step, plan))
     warm_report.update(_forecast_before_spending(step, budget, plan, model))
 
     try:
@@ -657,11 +371,11 @@ def sample(
                     **pm_sample_kwargs,
                 )
     except interrupt:  # Ctrl-C: no further chain starts; say what was spent
-        report = {**_step_report(step, budget, callback, float("nan")), **warm_report}
+        report = {**step_report(step, budget, callback, float("nan")), **warm_report}
         message = interrupted_message(report, budget, ledger_path)
         raise SamplingInterrupted(message, report) from None
     except Exception as exc:
-        report = _step_report(step, budget, callback, float("nan"))
+        report = step_report(step, budget, callback, float("nan"))
         report.update(warm_report)
         raise PrivateSamplingError(
             f"pm.sample failed ({type(exc).__name__}: {_data_free_reason(exc)}) after "
@@ -669,6 +383,6 @@ def sample(
             f"{budget.delta:g}, {report['dp_releases']} releases).",
             report,
         ) from None  # the original (and a worker's traceback) could quote data values
-    return _finalize(
+    return finalize_result(
         idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
     )

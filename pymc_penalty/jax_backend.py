@@ -24,8 +24,8 @@ What runs where:
   not private), so ``random_seed`` reproduces them.
 
 The result is built as ``pm.sample``'s is (posterior, the same ``sample_stats``, observed and
-constant data) and finalized by :func:`pymc_penalty.api._finalize`: same report, stripping and
-convergence verdict. The device kernel itself is :mod:`pymc_penalty.jax_kernel`.
+constant data) and finalized by :func:`pymc_penalty.publish.finalize_result`: same report,
+stripping and convergence verdict. The device kernel itself is :mod:`pymc_penalty.jax_kernel`.
 """
 
 from __future__ import annotations

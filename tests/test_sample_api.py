@@ -172,6 +172,7 @@ def test_budget_exhausted_before_any_chain_finished_tuning_still_reports(
             random_seed=3,
             model=model,
             ledger_path=path,
+            warm_start=0,  # the chains' releases alone (the warm start's are counted elsewhere)
             **QUIET,
         )
     assert "Not enough samples" in str(err.value)  # the cause itself is not chained
@@ -202,6 +203,7 @@ def test_persistent_ledger_calibrates_to_what_is_left(model, monkeypatch, tmp_pa
         cores=1,
         model=model,
         ledger_path=path,
+        warm_start=0,  # the chains alone are calibrated to what is left
         **QUIET,
     )
 

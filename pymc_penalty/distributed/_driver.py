@@ -18,7 +18,6 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
 from pymc_penalty._tuning import PendingTuning
 from pymc_penalty.adaptation import ProposalAdapter
-from pymc_penalty.api import _step_report
 from pymc_penalty.budget import RunPlan
 from pymc_penalty.distributed._setup import Journal, RunConfig, owner_noise
 from pymc_penalty.distributed.pool import OwnerError, OwnerPool
@@ -32,6 +31,7 @@ from pymc_penalty.kernel import (
 )
 from pymc_penalty.mechanism import release_noise
 from pymc_penalty.model_checks import data_dependent_deterministics
+from pymc_penalty.publish import step_report as _step_report
 from pymc_penalty.sensitivity import step_length
 
 __all__ = ["DistributedSamplingError", "run_chains"]

@@ -31,12 +31,12 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection
 
-from pymc_penalty.api import _finalize
 from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
 from pymc_penalty.distributed._driver import DistributedSamplingError, run_chains
 from pymc_penalty.distributed._setup import Journal, RunConfig, check_args, owner_noise
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
 from pymc_penalty.ledger import PrivacyLedger
+from pymc_penalty.publish import finalize_result as _finalize
 from pymc_penalty.sensitivity import ClipMode, Neighbours
 from pymc_penalty.step_setup import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report

@@ -1,0 +1,130 @@
+"""What ``pymc_penalty.sample`` decides before spending: the warm start's share, the tuning
+length, each chain's start and the planned cost of each phase (public quantities only).
+
+The rules and the measurements behind them are in the functions' docstrings and in
+``docs/choosing-parameters.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.budget import RunPlan
+from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.warmstart import WarmStart
+
+__all__ = [
+    "AUTO_WARM_START_SHARE",
+    "chain_starts",
+    "phase_report",
+    "positive_definite",
+    "resolve_tune",
+    "resolve_warm_start",
+]
+
+
+#: Share of the budget's ``mu^2`` that ``warm_start="auto"`` spends on the warm start.
+AUTO_WARM_START_SHARE = 0.2
+
+
+def resolve_warm_start(
+    warm_start: float | str,
+    model: pm.Model,
+    pm_sample_kwargs: dict,
+    owners: Any,
+    forecast: dict[str, Any],
+) -> float:
+    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` under
+    substitute-one neighbours (``forecast["neighbours"]``), and 0 with ``initvals`` or
+    ``owners`` given, under add/remove-one neighbours, or for a model without gradients.
+
+    Also when the forecast is poor or hopeless: there the budget cannot give a converged
+    posterior whatever the split (``pp.sample`` warns before spending), but chains started
+    from the model's initial point never reach the posterior at all. Measured with the
+    defaults otherwise (`benchmarks/utility_table.py`, one seed per cell), RMS error in
+    posterior sd without / with the warm start: gauss n = 1e4, epsilon = 2: 27.6 / 1.14;
+    epsilon = 0.5: 28.4 / 15.3; logistic n = 1e4, epsilon = 1: 10.9 / 1.00; n = 1e5,
+    epsilon = 0.5: 20.9 / 1.69."""
+    if not (isinstance(warm_start, str) and warm_start == "auto"):
+        return float(warm_start)
+    if owners is not None or "initvals" in pm_sample_kwargs:
+        return 0.0
+    if forecast.get("neighbours") != "substitute":
+        return 0.0  # n is private (the warm start would spend part of the budget counting it)
+    if any(v.dtype in pm.discrete_types for v in model.value_vars):
+        return 0.0  # refused by the step; the warm start needs gradients
+    return AUTO_WARM_START_SHARE
+
+
+#: Tuning steps per chain with ``tune="auto"`` and no warm start (``pm.sample``'s default).
+_COLD_TUNE = 1000
+#: With a warm start, ``tune="auto"`` tunes for this share of the draws, within the bounds.
+_WARM_TUNE_SHARE = 1.0 / 3.0
+_WARM_TUNE_BOUNDS = (200, 1000)
+
+
+def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
+    """Tuning steps per chain: ``"auto"`` is 1000 without a warm start (the chains travel
+    from the model's initial point) and a third of ``draws`` within [200, 1000] with one.
+
+    Every tuning step costs as much privacy as a draw, and the budget buys a fixed total
+    squared distance, so the tuning share is taken from the draws' effective sample size.
+    Started from the warm start's approximation with its metric kept, the chains need no
+    travel, only the scaling and the clip: on the gauss workload (n = 1e5, d = 10,
+    epsilon = 2) the scaling settled within 50 steps and the clip within 300 (one chain of
+    four moved it once more, at 500-700)."""
+    if not (isinstance(tune, str) and tune == "auto"):
+        return int(tune)
+    if warm_start <= 0:
+        return _COLD_TUNE
+    low, high = _WARM_TUNE_BOUNDS
+    return int(min(max(round(draws * _WARM_TUNE_SHARE), low), high))
+
+
+def positive_definite(cov: np.ndarray) -> np.ndarray:
+    """``cov`` symmetrised, its eigenvalues floored at ``1e-12`` of the largest: the inverse of
+    a released precision can lose definiteness to rounding when it is ill conditioned."""
+    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-300))
+    out = (vecs * vals) @ vecs.T
+    return 0.5 * (out + out.T)
+
+
+def chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[str, np.ndarray]]:
+    """One start per chain, drawn independently from the warm start's Gaussian approximation
+    ``N(point, covariance)`` (post-processing of released values: no privacy cost).
+
+    Chains that all start at the estimated mode begin with no spread, and a noise-limited
+    chain moves too little in one run to build it: on the gauss workload (epsilon = 2) their
+    sd was 0.71 of the posterior's and R-hat 3.9. Started from the approximation, each chain
+    is near its stationary distribution from the first step."""
+    seed = random_seed if isinstance(random_seed, int | np.integer) else None
+    rng = np.random.default_rng(None if seed is None else [int(seed), 0x5EED])
+    vals, vecs = np.linalg.eigh(positive_definite(warm.covariance))
+    root = vecs * np.sqrt(vals)
+    starts = []
+    for _ in range(chains):
+        x = warm.point + root @ rng.standard_normal(warm.point.size)
+        start, values = 0, {}
+        for name, value in warm.initvals.items():
+            size = int(np.size(value))
+            values[name] = x[start : start + size].reshape(np.shape(value)).astype(value.dtype)
+            start += size
+        starts.append(values)
+    return starts
+
+
+def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:
+    """What the plan gives tuning and the draws: the tuning steps per chain and the Gaussian-DP
+    ``mu`` of each phase over every chain (``sqrt(steps) * mu``; the warm start's is
+    ``dp_warm_start_mu``). Planned values: a ledger that refuses earlier spends less."""
+    mu = step.mu if step.mu is not None else math.nan
+    return {
+        "dp_tune": int(plan.tune),
+        "dp_tuning_mu": float(mu * math.sqrt(plan.tune * plan.chains)),
+        "dp_draws_mu": float(mu * math.sqrt(plan.draws * plan.chains)),
+    }

@@ -1,0 +1,343 @@
+"""The private warm start's arithmetic (pure NumPy): its budget schedule, its clips and the
+Fisher-scoring loop on released statistics.
+
+:func:`fisher_scoring` takes the per-datapoint gradients as a function and the ledger's
+``commit`` as a callback, so it touches no model: :func:`pymc_penalty.warmstart.private_warm_start`
+is the PyMC adapter around it (see that module's docstring for the mechanism and the figures
+measured). The statistics and their sensitivities are in :mod:`pymc_penalty.warmstart_releases`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+from scipy import special, stats
+
+from pymc_penalty.accounting.gdp import split_step_mu
+from pymc_penalty.clip_adaptation import CLIP_EVIDENCE_SES, CLIP_TARGET_FRACTION, tail_factor
+from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.warmstart_releases import (
+    LOG_CLIP,
+    clipped_count,
+    clipped_whitened,
+    gradient_sensitivity,
+    log_scale_sensitivity,
+    log_scale_sum,
+    outer_sensitivity,
+    pair_differences,
+    pair_outer_sum,
+)
+
+__all__ = ["Scoring", "fisher_scoring", "warm_start_clips", "warm_start_schedule"]
+
+#: Each step's ``mu^2`` is this many times the previous step's: late steps, near the mode,
+#: need the small noise; early ones only need to point the right way.
+_GROWTH = 1.6
+#: Share of the warm start's ``mu^2`` spent on the curvature releases (the metric). Measured on
+#: the anisotropic Gaussian of ``benchmarks/gauss.py`` (d = 10, n = 1e5, a 20% warm start,
+#: four noise seeds, error of the estimated mode in posterior sd): 0.1 gave 1.0-3.4 at
+#: epsilon = 1, 0.2-0.4 gave 0.25-0.47; at epsilon = 2, 0.12-0.21 for 0.1 and 0.13-0.23 for 0.3.
+_CURVATURE_SHARE = 0.3
+#: ``clip="auto"``: the tail probability of a gradient's length in the metric at the mode that
+#: gives the starting clip (exact for Gaussian scores; the released counts then move it).
+_AUTO_CLIP_TAIL = 1e-3
+#: ``clip="auto"``: the clipped fraction the found clip aims at, the sampler's
+#: (:data:`pymc_penalty.adaptation.CLIP_TARGET_FRACTION`, 0.2%). Clipping biases the mode by
+#: about ``0.5 f sqrt(n)`` posterior sds at clipped fraction ``f`` (logistic regression,
+#: n = 1e5, d = 5, exact Fisher metric at the mode: 4.1% clipped by the chi^2 clip gave 6.3 sd,
+#: 1% 1.4, 0.3% 0.45, 0.1% 0.15): 0.2% is about 0.3 sd there, the size of the release noise.
+_CLIP_TARGET = CLIP_TARGET_FRACTION
+#: ``clip="auto"``: share of each gradient release's ``mu^2`` (from the second step on) spent
+#: on its clipped count, the sampler's default ``clip_count_share``. At epsilon = 1, a 20% warm
+#: start, n = 1e5 (the utility benchmark) the count's noise sd is 295 rows in the second step
+#: and 72 in the last (0.2% is 200 rows; the chi^2 clip cut 4000 there); the gradient's noise
+#: grows by 2.6%. Measured against 0.1 (80 seeds, benchmarks' workloads, error in posterior sd):
+#: RMS 0.242 and 0.248 on gauss, 0.564 and 0.575 on the logistic regression.
+_COUNT_SHARE = 0.05
+#: ``clip="auto"``: a count moves the clip only where the rows' released mean, whitened (the
+#: distance to the mode in the per-datapoint metric, about), is within this of zero: farther
+#: away the counts describe the rows there, not at the mode (measured on the gauss benchmark:
+#: the second step, still far from the mode, counted most rows clipped and grew the clip 4
+#: times, which the curvature noise, growing as its square, turned into errors of 4-12 sd).
+_NEAR_MODE = 1.0
+#: The first metric (from the rows' spread at a data-independent start) is multiplied by this:
+#: far from the mode the spread of the scores can underestimate the curvature many times (a
+#: scale parameter started 5 times too large: 25 times), and an underestimated metric sends
+#: the first step far away, while an overestimate only shortens it and the next curvature
+#: release corrects it. Measured (private_warm_start on N(m, s), s started at 5, n = 2e4; and
+#: the gauss benchmark's posterior at epsilon = 1 and 2): 1 diverged (|m| > 100), 3 and 5
+#: stopped short (m 0.49-0.76 for 0.49), 10 landed (m 0.48, s 0.97-1.0); gauss error 0.16-0.32
+#: sd at epsilon = 2 for 10 against 0.13-0.23 for 1.
+_PILOT_SAFETY = 10.0
+#: Eigenvalue floor of a released curvature, in ``sqrt(d)`` noise sds. A direction whose
+#: metric overestimates the curvature is corrected by at most the floor's factor per step, so a
+#: low floor converges faster; too low and noise passes for curvature. Measured (gauss
+#: workload, exact gradients, 20% warm start; error of the mode in posterior sd, 2 or 4 seeds):
+#: 2 gave 3.6-3.9 at n = 1e4, epsilon = 6 and 0.4-2.7 at n = 1e5, epsilon = 1; 0.5 gave
+#: 0.43-0.56 and 0.35-0.58; 0.25 gave 0.51-0.53 and 0.34-0.51; epsilon = 2: 0.10-0.24 for 0.5.
+_FLOOR = 0.5
+
+
+class Scoring(NamedTuple):
+    """Result of :func:`fisher_scoring` (post-processing of its releases)."""
+
+    #: The estimated mode.
+    mode: np.ndarray
+    #: The estimated posterior precision.
+    precision: np.ndarray
+    #: The gradient clip a further step would use (in the per-datapoint Fisher metric).
+    clip: float
+    #: The last released clipped fraction, None when no count was released.
+    clipped_fraction: float | None
+    #: Each step's gradient clip, then ``clip``.
+    clip_history: tuple[float, ...]
+    #: ``n`` (substitute-one) or its released count (add/remove-one).
+    n_rows: float
+
+
+def warm_start_schedule(mu: float, steps: int) -> list[tuple[float, float]]:
+    """Per-step ``(mu_gradient, mu_curvature)`` whose squares sum to ``mu^2``.
+
+    The curvature releases get 30% of ``mu^2`` in equal parts; the gradient release of step
+    ``k`` gets a share of the rest proportional to ``1.6^k``.
+
+    Parameters
+    ----------
+    mu : float
+        Total Gaussian-DP ``mu`` of the warm start, ``> 0``.
+    steps : int
+        Number of Fisher-scoring steps, ``>= 1``.
+
+    Returns
+    -------
+    list of (float, float)
+    """
+    weights = _GROWTH ** np.arange(steps, dtype=np.float64)
+    grad_mu2 = mu**2 * (1.0 - _CURVATURE_SHARE) * weights / weights.sum()
+    curv_mu = math.sqrt(mu**2 * _CURVATURE_SHARE / steps)
+    return [(math.sqrt(m2), curv_mu) for m2 in grad_mu2]
+
+
+def _release_outer(outer: np.ndarray, sd: float, noise: np.random.Generator) -> np.ndarray:
+    """Release a symmetric matrix with noise sd ``sd`` on its Frobenius-isometric vector
+    (the upper triangle, off-diagonal entries scaled by ``sqrt(2)``)."""
+    d = outer.shape[0]
+    iu = np.triu_indices(d, 1)
+    diag = np.diag(outer) + sd * noise.standard_normal(d)
+    off = outer[iu] + (sd / math.sqrt(2.0)) * noise.standard_normal(iu[0].size)
+    released = np.diag(diag)
+    released[iu] = off
+    released[(iu[1], iu[0])] = off
+    return released
+
+
+def _floor_eigenvalues(sym: np.ndarray, noise_sd: float) -> np.ndarray:
+    """A released symmetric matrix made positive definite: eigenvalues floored at
+    ``_FLOOR sqrt(d)`` noise sds (the noise matrix's spectral norm is about ``2 sqrt(d)`` of
+    them: below that an eigenvalue is mostly noise, and a near-zero one would send a scoring
+    step far away)."""
+    vals, vecs = np.linalg.eigh(0.5 * (sym + sym.T))
+    floor = max(_FLOOR * math.sqrt(sym.shape[0]) * noise_sd, 1e-12 * float(np.max(np.abs(vals))))
+    return (vecs * np.maximum(vals, floor)) @ vecs.T
+
+
+def _prior_precision(prior_hess: np.ndarray) -> np.ndarray:
+    """The positive semi-definite part of minus the prior's Hessian."""
+    vals, vecs = np.linalg.eigh(-0.5 * (prior_hess + prior_hess.T))
+    return (vecs * np.maximum(vals, 0.0)) @ vecs.T
+
+
+def _overshot(
+    ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray
+) -> bool:
+    """Whether the slope along the last step reversed by more than the last slope plus three
+    noise sds (``noise_dir``: the release noise's sd times the step's whitened image)."""
+    slope = float(ascent @ step)
+    return slope < -(abs(last_slope) + 3.0 * float(np.linalg.norm(noise_dir)))
+
+
+def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
+    """Clips ``(C_gradient, C_difference)`` in the metric of the estimated per-datapoint
+    Fisher information.
+
+    There a gradient near the mode has squared length about ``chi^2_d`` and a difference of
+    two rows twice that; ``"auto"`` clips at the 99.9% quantile (about 0.1% of the rows are
+    clipped when the metric is right), a number ``C`` at ``(C, sqrt(2) C)``.
+
+    Parameters
+    ----------
+    clip : float or "auto"
+    d : int
+        Number of unconstrained parameters.
+
+    Returns
+    -------
+    (float, float)
+    """
+    c = math.sqrt(float(stats.chi2.isf(_AUTO_CLIP_TAIL, d))) if clip == "auto" else float(clip)
+    return c, math.sqrt(2.0) * c
+
+
+def fisher_scoring(
+    row_grads: Callable[[np.ndarray], np.ndarray],
+    prior: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    n: int,
+    *,
+    schedule: list[tuple[float, float]],
+    neighbours: Neighbours,
+    clip: float | str,
+    noise: np.random.Generator,
+    commit: Callable[[float], None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Private Fisher scoring with every per-datapoint bound stated in a released metric.
+
+    Step 0 starts with no metric: it releases the spatial-sign shape of the row differences
+    (normalised, so scale-free) and the mean log length of the differences in that shape
+    (bounded in log units), which give the first metric. Every later step releases the
+    outer-product sum of the differences clipped in the previous step's metric, which gives
+    the next one. Each step then releases the sum of the gradients clipped in the new metric
+    and moves to ``x + (n P + prior precision)^-1 (sum g + prior gradient)``. The metric is
+    public: a function of earlier releases only. See :mod:`pymc_penalty.warmstart_releases`
+    for the statistics and their sensitivities.
+
+    Parameters
+    ----------
+    row_grads : callable
+        ``row_grads(x) -> (n, d)`` per-datapoint gradients at ``x``, every row finite (a data
+        access).
+    prior : callable
+        ``prior(x) -> (gradient, Hessian)`` of the log prior (no data).
+    x : ndarray, shape (d,)
+        Data-independent start.
+    n : int
+        Number of rows (used as such only under substitute-one, where it is public; under
+        add/remove-one a noisy count is released).
+    schedule : list of (float, float)
+        :func:`warm_start_schedule`.
+    neighbours : Neighbours
+    clip : float or "auto"
+        :func:`warm_start_clips`. With ``"auto"`` that is the first step's clip; from the
+        second step on each gradient release also releases a noisy count of the rows it
+        clipped (5% of the step's gradient ``mu^2``, split as the sampler splits
+        its step, :func:`pymc_penalty.accounting.gdp.split_step_mu`), and when the released
+        fraction (over ``n``, or over the released count under add/remove-one) differs from
+        the target by more than two of its noise sds the next step's clip moves by the
+        sampler's Gaussian-tail rule (:func:`pymc_penalty.clip_adaptation.tail_factor`): up by
+        at most 4 times, down by at most its factor for half the target (about 6%) and never
+        below the start. Too small a clip biases the mode (several posterior sd), too large
+        a one only adds noise in proportion, and the rule's own floor (halve the clip when the
+        count is near zero) fired on the counts' noise in 3 of 20 seeds of the logistic
+        regression below, costing up to 4.8 sd. Counts move the clip only near the mode (the
+        released whitened mean within ``_NEAR_MODE``); they are of the rows centred on their
+        released mean. The first step's gradient is not counted: it is measured in the
+        pilot metric (inflated on purpose) at the data-independent start.
+    noise : numpy.random.Generator
+    commit : callable
+        ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).
+
+    Returns
+    -------
+    Scoring
+        The estimated mode and posterior precision (averaged, weighted by ``mu_grad^2``, over
+        the last half of the iterates: near the mode their errors are independent), the clip
+        found, the last released clipped fraction and the clips used.
+    """
+    d = x.size
+    c_grad, c_diff = warm_start_clips(clip, d)
+    found = isinstance(clip, str)  # "auto": the clip moves with the released counts
+    clips, fraction = [c_grad], None
+    adds = neighbours is Neighbours.ADD_REMOVE
+    averaged = range(len(schedule) // 2, len(schedule))
+    sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))
+    n_hat, chol = float(n), None
+    step = last_slope = x_prev = precision = None
+    for k, (mu_grad, mu_curv) in enumerate(schedule):
+        # Step 0 splits its curvature mu^2 over the shape, the scale (and the noisy count).
+        parts = 1 if k else (3 if adds else 2)
+        mu_parts = [mu_curv / math.sqrt(parts)] * parts
+        # From the second step the found clip's count takes a share of the gradient's mu^2.
+        mu_count = 0.0
+        if found and k:
+            mu_grad, mu_count = split_step_mu(mu_grad, _COUNT_SHARE)
+        for release_mu in (*mu_parts, mu_grad, mu_count):  # this step's releases, before data
+            if release_mu > 0:
+                commit(release_mu)
+        grads = row_grads(x)
+        diffs = pair_differences(grads, neighbours)
+        if k == 0:
+            if adds:  # n is private under add/remove-one: a noisy count (sensitivity 1)
+                n_hat = max(n + noise.standard_normal() / mu_parts[2], 2.0)
+            pairs = n_hat - 1.0 if adds else float(diffs.shape[0])
+            sd = outer_sensitivity(None, neighbours) / mu_parts[0]
+            shape = _floor_eigenvalues(
+                _release_outer(pair_outer_sum(diffs, None, None), sd, noise), sd
+            )
+            shape /= np.trace(shape)
+            shape_chol = np.linalg.cholesky(shape)
+            sd = log_scale_sensitivity(neighbours) / mu_parts[1]
+            mean_log = (log_scale_sum(diffs, shape_chol) + sd * noise.standard_normal()) / pairs
+            # A Gaussian difference with covariance s * shape has E log(|w|^2/d) =
+            # log s + digamma(d/2) + log(2/d); the difference's covariance is twice F's.
+            # Each row's log length is clipped to [-LOG_CLIP, LOG_CLIP], so the true mean is
+            # too: clip the released one to the same range (at a tiny budget its noise alone
+            # could reach -800 and underflow the metric to a singular 0).
+            mean_log = min(max(mean_log, -LOG_CLIP), LOG_CLIP)
+            log_s = mean_log - special.digamma(d / 2.0) - math.log(2.0 / d)
+            fisher = _PILOT_SAFETY * 0.5 * math.exp(log_s) * shape
+        else:
+            sd = outer_sensitivity(c_diff, neighbours) / mu_curv
+            white = _release_outer(pair_outer_sum(diffs, chol, c_diff), sd, noise)
+            white = _floor_eigenvalues(white, sd) / (2.0 * pairs)
+            fisher = chol @ white @ chol.T
+        fisher = 0.5 * (fisher + fisher.T)
+        new_chol = np.linalg.cholesky(fisher)
+        sd = gradient_sensitivity(c_grad, neighbours) / mu_grad
+        white_sum = clipped_whitened(grads, new_chol, c_grad).sum(axis=0)
+        released_sum = white_sum + sd * noise.standard_normal(d)
+        if mu_count > 0:
+            # The clipped count, sensitivity 1 and noise sd 1 / mu (as the sampler's), of the
+            # rows centred on their released mean: away from the mode the rows' common mean
+            # would otherwise pass for a heavy tail.
+            centre = released_sum / n_hat
+            count_sd = 1.0 / mu_count
+            count = clipped_count(grads, new_chol, c_grad, centre)
+            count += count_sd * noise.standard_normal()
+        del grads, diffs  # exact per-datapoint values: not kept past the releases
+        if mu_count > 0:  # the next step's clip, from released values only (never the true n)
+            fraction, se = count / n_hat, count_sd / n_hat
+            near = float(np.linalg.norm(centre)) <= _NEAR_MODE
+            if near and abs(fraction - _CLIP_TARGET) > CLIP_EVIDENCE_SES * se:
+                # Down by at most the factor for half the target, never below the start.
+                factor = tail_factor(_CLIP_TARGET, max(fraction, 0.5 * _CLIP_TARGET))
+                c_grad = max(c_grad * factor, clips[0])
+                c_diff = math.sqrt(2.0) * c_grad
+            clips.append(c_grad)
+        prior_grad, prior_hess = prior(x)
+        ascent = new_chol @ released_sum + prior_grad
+        if step is not None and _overshot(ascent, step, last_slope, sd * new_chol.T @ step):
+            # The released slope along the last step reversed beyond its noise: the step
+            # overshot (the metric, the rows' spread, underestimates the curvature far from
+            # the mode, e.g. of a scale parameter). Go back to a quarter of it; this point's
+            # releases only told us so (the metric keeps its last value).
+            step, last_slope = 0.25 * step, 0.25 * last_slope
+            x = x_prev + step
+            sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))  # average anew
+        else:
+            chol = new_chol
+            precision = n_hat * fisher + _prior_precision(prior_hess)
+            step = np.linalg.solve(precision, ascent)
+            last_slope, x_prev = float(ascent @ step), x
+            x = x + step
+        if k in averaged or sum_w == 0.0 and k == len(schedule) - 1:
+            sum_w += mu_grad**2
+            sum_wx += mu_grad**2 * x
+            sum_wprec += mu_grad**2 * precision
+    if len(clips) == 1:
+        clips *= len(schedule) + 1
+    else:
+        clips.insert(0, clips[0])  # the first two steps used the starting clip
+    return Scoring(sum_wx / sum_w, sum_wprec / sum_w, c_grad, fraction, tuple(clips), n_hat)
