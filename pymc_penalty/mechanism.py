@@ -20,7 +20,7 @@ owners variant passes one noise sd per owner (an array); everything else is scal
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -114,10 +114,15 @@ def release_noise(
     bound = clip_bound(clip, clip_mode, length)
     delta = l2_sensitivity(bound, neighbours)
     if mu is not None:
-        step_mu = _number(mu)
+        if np.ndim(mu) == 0:  # one step's release (the per-step path: plain floats, no NumPy)
+            step_mu = float(mu)
+            mu_ll, mu_count = split_step_mu(step_mu, count_share)
+            count_sd = 1.0 / mu_count if mu_count > 0 else math.inf  # inf: no count released
+            return ReleaseNoise(bound, delta, delta / mu_ll, count_sd, step_mu)
+        step_mu = np.asarray(mu, dtype=np.float64)
         mu_ll, mu_count = split_step_mu(step_mu, count_share)
         with np.errstate(divide="ignore"):
-            count_sd = _number(np.divide(1.0, mu_count))  # inf: no count released
+            count_sd = np.divide(1.0, mu_count)  # inf: no count released
         return ReleaseNoise(bound, delta, delta / mu_ll, count_sd, step_mu)
     sigma = noise_sd if np.ndim(noise_sd) else float(noise_sd)
     if not math.isfinite(delta):
@@ -130,9 +135,3 @@ def release_noise(
     else:
         count_sd = np.full(np.shape(sigma), math.inf) if np.ndim(sigma) else math.inf
     return ReleaseNoise(bound, delta, sigma, count_sd, step_mu_of_release(mu_ll, count_share))
-
-
-def _number(value: Any) -> float | np.ndarray:
-    """A float for a scalar, a float array otherwise."""
-    value = np.asarray(value, dtype=np.float64)
-    return float(value) if value.ndim == 0 else value

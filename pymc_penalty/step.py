@@ -333,16 +333,14 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
         """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu):
         :func:`pymc_penalty.mechanism.release_noise` with this step's clip and noise."""
-        return tuple(
-            release_noise(
-                self.clip,
-                self.clip_mode,
-                self.neighbours,
-                step_length,
-                mu=self.mu,
-                noise_sd=None if self.mu is not None else self.noise_sd,
-                count_share=self.clip_count_share,
-            )
+        return release_noise(  # a ReleaseNoise, unpacked by the callers as a tuple
+            self.clip,
+            self.clip_mode,
+            self.neighbours,
+            step_length,
+            mu=self.mu,
+            noise_sd=None if self.mu is not None else self.noise_sd,
+            count_share=self.clip_count_share,
         )
 
     def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
