@@ -243,15 +243,13 @@ def sample(
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
     _check_warm_start(warm_start, warm_start_clip, warm_start_steps)
-    outlook = {
-        "epsilon": float(epsilon),
-        "delta": float(delta),
-        "draws": int(draws),
-        "chains": int(chains),
-        "neighbours": str(getattr(neighbours, "value", neighbours)),
-        "likelihood": likelihood_family(model),  # the tail of its rows: public, from the model
-    }
-    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, outlook)
+    warm_start = resolve_warm_start(
+        warm_start,
+        model,
+        pm_sample_kwargs,
+        owners,
+        {"neighbours": str(getattr(neighbours, "value", neighbours))},  # no new local names:
+    )  # locals() is forwarded to the distributed sampler below
     tune = resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
