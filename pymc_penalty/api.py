@@ -19,7 +19,13 @@ import pymc as pm
 
 from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.adaptation import RW_SCALE
-from pymc_penalty.budget import NEGLIGIBLE_SHARE, PrivacyBudget, RunPlan, available_mu
+from pymc_penalty.budget import (
+    NEGLIGIBLE_SHARE,
+    PrivacyBudget,
+    RunPlan,
+    available_mu,
+    calibrate,
+)
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.forecast import (
     UtilityWarning,
@@ -31,6 +37,7 @@ from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import (
     check_initvals,
     data_dependent_deterministics,
+    n_datapoints,
 )
 from pymc_penalty.publish import finalize, finalize_result, step_report
 from pymc_penalty.sample_plan import (
@@ -110,20 +117,34 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
 
 
 def _forecast_before_spending(
-    step: PenaltyMetropolis, budget: PrivacyBudget, plan: RunPlan, model: pm.Model
+    step_mu: float,
+    *,
+    clip_count_share: float,
+    neighbours: Any,
+    budget: PrivacyBudget,
+    plan: RunPlan,
+    model: pm.Model,
 ) -> dict[str, Any]:
     """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
-    before anything is spent when it is poor or hopeless. Under add/remove-one neighbours n is
-    private, so there is no forecast (it would publish n)."""
-    if step.neighbours is not Neighbours.SUBSTITUTE or step.mu is None:
+    before anything is spent (the warm start included) when it is poor or hopeless.
+
+    ``step_mu`` is the chains' per-step ``mu`` as the step will calibrate it (what the ledger
+    has left after the warm start's share, over the plan's releases). Under add/remove-one
+    neighbours n is private, so there is no forecast (it would publish n); a model whose
+    datapoints cannot be counted gets none either (the step's gate then raises its error)."""
+    if Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE:
         return {}
-    d = int(sum(np.size(v) for v in model.initial_point().values()))
-    kept_mu2 = likelihood_mu2(step.mu, plan.draws * plan.chains, step.clip_count_share)
+    try:
+        n = n_datapoints(model)  # public under substitute-one (checked above)
+        d = int(sum(np.size(v) for v in model.initial_point().values()))
+    except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
+        return {}
+    kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
     forecast = forecast_run(
         math.sqrt(kept_mu2),
         budget_mu=budget.mu,
         delta=budget.delta,
-        n=step._n,  # public under substitute-one (checked above)
+        n=n,
         d=d,
         steps=plan.draws * plan.chains,
         likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
@@ -285,6 +306,15 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
+    # Before anything is spent: the chains get what the warm start leaves.
+    forecast = _forecast_before_spending(
+        calibrate(math.sqrt(available * (1.0 - warm_start)), plan, warn_below=0.0),
+        clip_count_share=clip_count_share,
+        neighbours=neighbours,
+        budget=budget,
+        plan=plan,
+        model=model,
+    )
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
@@ -345,7 +375,7 @@ def sample(
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
     warm_report.update(phase_report(step, plan))
-    warm_report.update(_forecast_before_spending(step, budget, plan, model))
+    warm_report.update(forecast)
 
     try:
         with model, stop_on_interrupt() as interrupt:
