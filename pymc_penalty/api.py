@@ -83,26 +83,6 @@ def _data_free_reason(exc: BaseException) -> str:
     return "details withheld, they could quote data values"
 
 
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _check_warm_start(warm_start: float | str, warm_start_clip: float | None, steps: int) -> None:
-    if isinstance(warm_start, str) and warm_start == "auto":
-        pass
-    elif isinstance(warm_start, bool) or not 0.0 <= _as_float(warm_start) < 1.0:
-        raise ValueError("`warm_start` must be a share of the budget in [0, 1), or 'auto'.")
-    if warm_start_clip is not None:
-        clip = _as_float(warm_start_clip)
-        if not (math.isfinite(clip) and clip > 0):
-            raise ValueError("`warm_start_clip` must be a finite positive number, in (0, inf).")
-    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
-        raise ValueError("`warm_start_steps` must be a positive integer.")
-
-
 def _warm_start_clip(warm_start_clip: float | None) -> float | str:
     """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
     return "auto" if warm_start_clip is None else float(warm_start_clip)
@@ -263,14 +243,7 @@ def sample(
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
-    _check_warm_start(warm_start, warm_start_clip, warm_start_steps)
-    warm_start = resolve_warm_start(
-        warm_start,
-        model,
-        pm_sample_kwargs,
-        owners,
-        {"neighbours": str(getattr(neighbours, "value", neighbours))},  # no new local names:
-    )  # locals() is forwarded to the distributed sampler below
+    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device

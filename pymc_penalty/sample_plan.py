@@ -14,8 +14,9 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.budget import RunPlan
+from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis
-from pymc_penalty.warmstart import WarmStart
+from pymc_penalty.warmstart import WarmStart, split_point
 
 __all__ = [
     "AUTO_WARM_START_SHARE",
@@ -36,10 +37,10 @@ def resolve_warm_start(
     model: pm.Model,
     pm_sample_kwargs: dict,
     owners: Any,
-    forecast: dict[str, Any],
+    neighbours: Any,
 ) -> float:
     """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` under
-    substitute-one neighbours (``forecast["neighbours"]``), and 0 with ``initvals`` or
+    substitute-one ``neighbours``, and 0 with ``initvals`` or
     ``owners`` given, under add/remove-one neighbours, or for a model without gradients.
 
     Also when the forecast is poor or hopeless: there the budget cannot give a converged
@@ -53,7 +54,7 @@ def resolve_warm_start(
         return float(warm_start)
     if owners is not None or "initvals" in pm_sample_kwargs:
         return 0.0
-    if forecast.get("neighbours") != "substitute":
+    if Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE:
         return 0.0  # n is private (the warm start would spend part of the budget counting it)
     if any(v.dtype in pm.discrete_types for v in model.value_vars):
         return 0.0  # refused by the step; the warm start needs gradients
@@ -106,16 +107,8 @@ def chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[st
     rng = np.random.default_rng(None if seed is None else [int(seed), 0x5EED])
     vals, vecs = np.linalg.eigh(positive_definite(warm.covariance))
     root = vecs * np.sqrt(vals)
-    starts = []
-    for _ in range(chains):
-        x = warm.point + root @ rng.standard_normal(warm.point.size)
-        start, values = 0, {}
-        for name, value in warm.initvals.items():
-            size = int(np.size(value))
-            values[name] = x[start : start + size].reshape(np.shape(value)).astype(value.dtype)
-            start += size
-        starts.append(values)
-    return starts
+    draws = (warm.point + root @ rng.standard_normal(warm.point.size) for _ in range(chains))
+    return [split_point(x, warm.initvals) for x in draws]
 
 
 def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:

@@ -83,6 +83,7 @@ __all__ = [
     "WarmStartRefused",
     "fisher_scoring",
     "private_warm_start",
+    "split_point",
     "warm_start_clips",
     "warm_start_schedule",
 ]
@@ -174,6 +175,18 @@ def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> n
             grads[:, j] = (np.asarray(ll_up, np.float64) - ll_down) / (2.0 * h)
     grads[~np.all(np.isfinite(grads), axis=1)] = 0.0
     return grads
+
+
+def split_point(x: np.ndarray, template: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A raveled point split per value variable, in ``template``'s order, shapes and dtypes
+    (the layout of ``WarmStart.initvals``)."""
+    values, start = {}, 0
+    for name, like in template.items():
+        shape = np.shape(like)
+        size = int(np.prod(shape, dtype=int))
+        values[name] = x[start : start + size].reshape(shape).astype(np.asarray(like).dtype)
+        start += size
+    return values
 
 
 def private_warm_start(
@@ -269,12 +282,7 @@ def private_warm_start(
     x = scoring.mode
     covariance = np.linalg.inv(scoring.precision)
     covariance = 0.5 * (covariance + covariance.T)
-    initvals, start = {}, 0
-    for v in value_vars:
-        shape = np.shape(point[v.name])
-        size = int(np.prod(shape, dtype=int))
-        initvals[v.name] = x[start : start + size].reshape(shape).astype(point[v.name].dtype)
-        start += size
+    initvals = split_point(x, {v.name: point[v.name] for v in value_vars})
     return WarmStart(
         point=x,
         covariance=covariance,

@@ -148,17 +148,16 @@ def test_auto_tune_is_a_third_of_the_draws_after_a_warm_start(tune, draws, share
 
 def test_auto_warm_start_rule():
     model = _regression(n=3000)
-    base = {"epsilon": 6.0, "delta": 1e-5, "draws": 1000, "chains": 4}
-    sub = dict(base, neighbours="substitute")
+    sub = "substitute"
     assert sample_plan.resolve_warm_start("auto", model, {}, None, sub) == 0.2
     assert sample_plan.resolve_warm_start(0.35, model, {}, None, sub) == 0.35
     assert sample_plan.resolve_warm_start(0.0, model, {}, None, sub) == 0.0  # the opt-out
     # No warm start: initvals or owners given, or n private.
     assert sample_plan.resolve_warm_start("auto", model, {"initvals": {}}, None, sub) == 0.0
     assert sample_plan.resolve_warm_start("auto", model, {}, ["owner"], sub) == 0.0
-    adds = dict(base, neighbours="add_remove")
+    adds = "add_remove"
     assert sample_plan.resolve_warm_start("auto", model, {}, None, adds) == 0.0
-    # A hopeless forecast still starts from the warm start: from the model's initial point the
-    # chains never reach the posterior (measured 27.6 against 1.14 sd, docstring).
-    hopeless = dict(sub, epsilon=1e-3)
+    # The budget is no input: a hopeless one still starts from the warm start (from the model's
+    # initial point the chains never reach the posterior: 27.6 against 1.14 sd, docstring).
+    hopeless = "substitute"
     assert sample_plan.resolve_warm_start("auto", model, {}, None, hopeless) == 0.2
