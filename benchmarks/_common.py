@@ -48,7 +48,7 @@ class LogisticData:
     Attributes
     ----------
     X : ndarray, shape (n, d)
-        Covariates, standard normal.
+        Covariates: standard normal, or uniform in a ball (``x_bound``).
     y : ndarray, shape (n,)
         Binary outcomes (int64, 0 or 1).
     beta_true : ndarray, shape (d,)
@@ -70,7 +70,9 @@ class LogisticData:
         return int(self.X.shape[1])
 
 
-def make_logistic_data(n: int, d: int = 10, seed: int = 20240521) -> LogisticData:
+def make_logistic_data(
+    n: int, d: int = 10, seed: int = 20240521, x_bound: float | None = None
+) -> LogisticData:
     """Draw a synthetic logistic-regression data set from a fixed seed.
 
     Parameters
@@ -80,7 +82,10 @@ def make_logistic_data(n: int, d: int = 10, seed: int = 20240521) -> LogisticDat
     d : int, default 10
         Number of coefficients.
     seed : int
-        Seed of the generator (the data set depends on ``n``, ``d`` and ``seed`` only).
+        Seed of the generator (the data set depends on ``n``, ``d``, ``seed`` and
+        ``x_bound`` only).
+    x_bound : float, optional
+        Covariates uniform in the ball ``||x|| <= x_bound`` instead of standard normal.
 
     Returns
     -------
@@ -89,6 +94,9 @@ def make_logistic_data(n: int, d: int = 10, seed: int = 20240521) -> LogisticDat
     rng = np.random.default_rng([seed, n, d])
     beta_true = rng.normal(0.0, 0.5, size=d)
     X = rng.standard_normal((n, d))
+    if x_bound is not None:  # uniform in the ball: a uniform direction, radius ~ U^(1/d)
+        radius = x_bound * rng.random(n) ** (1.0 / d)
+        X *= (radius / np.linalg.norm(X, axis=1))[:, None]
     p = 1.0 / (1.0 + np.exp(-(X @ beta_true)))
     y = (rng.random(n) < p).astype(np.int64)
     return LogisticData(X=X, y=y, beta_true=beta_true)

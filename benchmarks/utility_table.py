@@ -215,7 +215,7 @@ def _logistic_reference(data, pairs: int = 1000, seed: int = 3) -> tuple[np.ndar
 def make_problem(workload: str, n: int) -> Problem:
     """The workload's data (from its benchmark's fixed seed) and reference posterior."""
     if workload == "logistic":
-        data = make_logistic_data(n, utility_bench.D, seed=utility_bench.DATA_SEED)
+        data = make_logistic_data(n, utility_bench.D, seed=utility_bench.DATA_SEED, x_bound=1.0)
         mean, cov = _logistic_reference(data)
         return Problem(workload, n, utility_bench.D, 1.0 / n, "bernoulli", mean, cov, data)
     if workload == "gauss":

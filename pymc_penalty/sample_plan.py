@@ -96,19 +96,27 @@ def positive_definite(cov: np.ndarray) -> np.ndarray:
 
 
 def chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[str, np.ndarray]]:
-    """One start per chain, drawn independently from the warm start's Gaussian approximation
-    ``N(point, covariance)`` (post-processing of released values: no privacy cost).
+    """One start per chain from the warm start's Gaussian approximation ``N(point,
+    covariance)``, centred on its point (post-processing of released values: no privacy cost).
 
-    Chains that all start at the estimated mode begin with no spread, and a noise-limited
-    chain moves too little in one run to build it: on the gauss workload (epsilon = 2) their
-    sd was 0.71 of the posterior's and R-hat 3.9. Started from the approximation, each chain
-    is near its stationary distribution from the first step."""
+    Each start is marginally a draw from the approximation, and the starts' mean is the
+    point itself: the standard normal offsets have their mean removed and are rescaled by
+    ``sqrt(chains / (chains - 1))`` (one chain starts at the point). Chains that all start at
+    the estimated mode begin with no spread, and a noise-limited chain moves too little in one
+    run to build it: on the gauss workload (epsilon = 2) their sd was 0.71 of the posterior's
+    and R-hat 3.9. Independent draws give the spread but, where the chains barely move, their
+    mean keeps the draws' own error, ``1 / sqrt(chains)`` posterior sd on top of the warm
+    start's: centring removes it."""
     seed = random_seed if isinstance(random_seed, int | np.integer) else None
     rng = np.random.default_rng(None if seed is None else [int(seed), 0x5EED])
     vals, vecs = np.linalg.eigh(positive_definite(warm.covariance))
     root = vecs * np.sqrt(vals)
-    draws = (warm.point + root @ rng.standard_normal(warm.point.size) for _ in range(chains))
-    return [split_point(x, warm.initvals) for x in draws]
+    offsets = rng.standard_normal((chains, warm.point.size))
+    if chains > 1:
+        offsets = (offsets - offsets.mean(axis=0)) * math.sqrt(chains / (chains - 1.0))
+    else:
+        offsets[:] = 0.0
+    return [split_point(warm.point + root @ z, warm.initvals) for z in offsets]
 
 
 def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:

@@ -93,7 +93,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         Proposal standard deviations (1-D) or covariance (2-D) on the unconstrained space.
         Defaults to ones, or with ``clip="auto"`` under substitute-one neighbours to
         ``1 / sqrt(n)``, the scale of a posterior informed by n rows, in which the found clip
-        starts (:func:`pymc_penalty.adaptation.starting_sd`).
+        starts (:func:`pymc_penalty.adaptation.starting_sd`). A given ``S`` is taken for the
+        posterior's shape (as ``pymc_penalty.sample`` passes the warm start's covariance): a
+        found clip then starts at the Gaussian tail's constant in that metric and only moves
+        up, when the released counts show heavier tails (:class:`~pymc_penalty.adaptation.
+        ClipAdapter`, ``probe=False``).
     proposal_dist : type, optional
         ``pm.NormalProposal`` or ``pm.MultivariateNormalProposal`` (picked from ``S``'s
         dimension when omitted). The step always draws one blocked, symmetric move.
@@ -287,6 +291,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         self.clip_mode = ClipMode.parse(clip_mode)
         self.noise_sd = None if noise_sd is None else float(noise_sd)
         n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
+        shaped = S is not None  # a given S is taken for the posterior's shape (the clip holds)
         S, clip = starting_proposal(S, size, clip, n_public)
         self.clip = clip
         #: True when the clip constant is found in tuning from the released clipped counts.
@@ -318,7 +323,16 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         )
 
         self._init_tuning(
-            S, scaling, tune, adapt, target_accept, adapt_window, proposal, max_step, n_public
+            S,
+            scaling,
+            tune,
+            adapt,
+            target_accept,
+            adapt_window,
+            proposal,
+            max_step,
+            n_public,
+            clip_probe=not shaped,
         )
         self._lik = PenaltyLikelihood(
             model, vars, initial_point, compile_kwargs, segments=self._segments

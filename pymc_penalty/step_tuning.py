@@ -93,8 +93,10 @@ class TuningMixin:
         proposal: str,
         max_step: float | None,
         n_public: int | None,
+        clip_probe: bool = True,
     ) -> None:
-        """Build the proposal's adapter and, with ``clip="auto"``, the clip's."""
+        """Build the proposal's adapter and, with ``clip="auto"``, the clip's (probing down
+        from its start unless ``clip_probe`` is False)."""
         self.tune = bool(tune)
         adapter = ProposalAdapter.create(
             S,
@@ -116,6 +118,7 @@ class TuningMixin:
                 max(adapt_window // 2, 1),
                 target_fraction=clip_target_fraction(n_public),
                 growth=1,  # short fixed windows; each change of the proposal's metric restarts one
+                probe=clip_probe,
             )
         self._untuned_clip_adapter = deepcopy(self.clip_adapter)
         self._clip_chol = adapter.chol

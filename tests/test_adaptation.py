@@ -159,3 +159,31 @@ def test_clip_finds_a_target_the_counts_cannot_resolve(start_factor, heavy):
         assert 0.75 < ad.clip / ideal < 1.35, (seed, ad.clip / ideal, ad.history)
         fractions.append(2.0 * tail.sf(ad.clip) / target)
     assert np.median(fractions) < 2.0, fractions
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_a_clip_that_holds_never_probes_below_its_start(heavy):
+    # pp.sample after a warm start: the proposal is the posterior's shape, so the clip starts
+    # at the Gaussian tail's constant and holds (probe=False). It must never go below that
+    # start (a probe clips ~1% on purpose: a bias that moved noise-limited chains by 2 sd),
+    # and still move up when the rows' tail is heavier (Student-t(5)). Must-fail control: the
+    # probing adapter, fed the same Gaussian counts, goes below its start.
+    from pymc_penalty.adaptation import clip_target_fraction
+
+    n, sd = 100_000, 190.0
+    target = clip_target_fraction(n)
+    tail = stats.t(5) if heavy else stats.norm
+    start = float(stats.norm.isf(target / 2.0))
+    ideal = float(tail.isf(target / 2.0))
+    for seed in range(4):
+        held = ClipAdapter.create(start, n, sd, 50, target_fraction=target, growth=1, probe=False)
+        _binomial_clip_run(held, tail, n, 1000, np.random.default_rng(200 + seed))
+        assert min(held.history) >= start, (seed, held.history)
+        # Gaussian: at the ideal or above it by a window's noise; heavy: up to within the
+        # counts' resolution of it (as the probe's tolerance in the test above).
+        low = 0.75 if heavy else 1.0
+        assert low <= held.clip / ideal < 1.35, (seed, held.clip / ideal, held.history)
+        if not heavy:  # (a heavy tail clips more than the probe's aim at the start)
+            probing = ClipAdapter.create(start, n, sd, 50, target_fraction=target, growth=1)
+            _binomial_clip_run(probing, tail, n, 1000, np.random.default_rng(200 + seed))
+            assert min(probing.history) < start, (seed, probing.history)

@@ -105,20 +105,32 @@ def _warm(point, cov) -> WarmStart:
     )
 
 
-def test_chain_starts_are_independent_draws_from_the_warm_start_approximation():
+def test_chain_starts_are_draws_from_the_warm_start_approximation_centred_on_its_point():
     cov = np.array([[4.0, 1.0, 0.0], [1.0, 1.0, -0.3], [0.0, -0.3, 0.25]])
     warm = _warm([1.0, -2.0, 0.5], cov)
-    chains = 4000
-    starts = sample_plan.chain_starts(warm, chains, random_seed=11)
-    assert starts[0]["a"].shape == (1,) and starts[0]["b_log__"].shape == (1, 2)
-    x = np.array([np.concatenate([s["a"], s["b_log__"].ravel()]) for s in starts])
-    # Mean within 4 standard errors; covariance entries within 4 of theirs (Wishart).
-    se = np.sqrt(np.diag(cov) / chains)
-    assert np.all(np.abs(x.mean(axis=0) - warm.point) < 4 * se)
-    emp = np.cov(x, rowvar=False)
-    se_cov = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / chains)
+
+    def raveled(starts):
+        return np.array([np.concatenate([s["a"], s["b_log__"].ravel()]) for s in starts])
+
+    # The starts' mean is the point itself, for any number of chains (one: the point).
+    for chains in (1, 2, 4, 7):
+        x = raveled(sample_plan.chain_starts(warm, chains, random_seed=3))
+        np.testing.assert_allclose(x.mean(axis=0), warm.point, rtol=0, atol=1e-12)
+    # Each start is marginally N(point, cov): the first of four chains over 4000 seeds, mean
+    # within 4 standard errors and covariance entries within 4 of theirs (Wishart). Must-fail
+    # control: centred offsets without the sqrt(chains / (chains - 1)) rescaling have
+    # covariance 3/4 of cov, which the same check refuses.
+    reps = 4000
+    first = raveled([sample_plan.chain_starts(warm, 4, random_seed=s)[0] for s in range(reps)])
+    assert first.shape == (reps, 3)
+    se = np.sqrt(np.diag(cov) / reps)
+    assert np.all(np.abs(first.mean(axis=0) - warm.point) < 4 * se)
+    se_cov = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / reps)
+    emp = np.cov(first, rowvar=False)
     assert np.all(np.abs(emp - cov) < 4 * se_cov)
+    assert not np.all(np.abs(0.75 * emp - cov) < 4 * se_cov)
     # Seeded: reproducible; different seeds, different starts.
+    starts = sample_plan.chain_starts(warm, 2, random_seed=11)
     again = sample_plan.chain_starts(warm, 2, random_seed=11)
     np.testing.assert_array_equal(again[1]["a"], starts[1]["a"])
     other = sample_plan.chain_starts(warm, 2, random_seed=12)
