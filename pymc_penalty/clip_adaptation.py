@@ -153,9 +153,10 @@ class ClipAdapter(_FieldwiseEq):
         is taken as extrapolated to the target already (its Gaussian-tail constant in a metric
         shaped like the posterior, e.g. a warm start's covariance) and moves only up, on counts
         of heavier tails. Probing clips the resolvable fraction on purpose, and that bias
-        moves noise-limited chains: on a logistic regression (n = 1e5, ``||x|| <= 1``, epsilon = 1, a warm start)
-        a probe window halved the clip, 4.3% of the rows were clipped for 150 tuning steps and
-        a chain drifted 2 posterior sd from the warm start's estimate.
+        moves noise-limited chains: on a logistic regression (n = 1e5, ``||x|| <= 1``,
+        epsilon = 1, a warm start) a probe window halved the clip, 4.3% of the rows were
+        clipped for 150 tuning steps and a chain drifted 2 posterior sd from the warm start's
+        estimate.
     """
 
     log_clip: float
