@@ -39,9 +39,12 @@ def resolve_warm_start(
     owners: Any,
     neighbours: Any,
 ) -> float:
-    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` under
-    substitute-one ``neighbours``, and 0 with ``initvals`` or
-    ``owners`` given, under add/remove-one neighbours, or for a model without gradients.
+    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE`, and 0
+    with ``initvals`` or ``owners`` given or for a model without gradients.
+
+    Under add/remove-one ``neighbours`` too: there n is private, and the warm start's first
+    step releases a noisy count of it (charged to the same share), which the chains' clip and
+    the forecast then use as public.
 
     Also when the forecast is poor or hopeless: there the budget cannot give a converged
     posterior whatever the split (``pp.sample`` warns before spending), but chains started
@@ -54,8 +57,7 @@ def resolve_warm_start(
         return float(warm_start)
     if owners is not None or "initvals" in pm_sample_kwargs:
         return 0.0
-    if Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE:
-        return 0.0  # n is private (the warm start would spend part of the budget counting it)
+    Neighbours.parse(neighbours)  # a valid relation (either gets the warm start)
     if any(v.dtype in pm.discrete_types for v in model.value_vars):
         return 0.0  # refused by the step; the warm start needs gradients
     return AUTO_WARM_START_SHARE
