@@ -19,6 +19,7 @@ import pytest
 from pymc_penalty import PrivacyLedger, UtilityWarning, sample
 from pymc_penalty.accounting import gdp_epsilon, gdp_mu
 from pymc_penalty.accounting.gdp import likelihood_mu2
+from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.forecast import forecast_run
 from pymc_penalty.ledger import PrivacyLedger as _Ledger
 
@@ -229,6 +230,22 @@ def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(
         assert str(N_ODD) not in str(value), key
         if np.ndim(value) == 0 and not isinstance(value, str):
             assert float(value) != N_ODD, key
+
+
+def test_the_found_clip_starts_from_the_released_count():
+    """After the warm start the chains' found clip starts where substitute-one's would, at the
+    released count of the rows; without a warm start (control) at 1, as before."""
+    model, _, _ = conjugate(N_ODD)
+    kwargs = dict(epsilon=4.0, delta=1e-5, draws=10, tune=10, chains=2, neighbours="add_remove")
+    warm = sample(model=model, random_seed=4, discard_tuned_samples=False, **kwargs, **QUIET)
+    rows = warm.attrs["dp_forecast_rows"]
+    first = warm.warmup_sample_stats["dp_clip"].values[:, 0]
+    np.testing.assert_allclose(first, starting_clip(rows, clip_target_fraction(rows)), rtol=1e-12)
+    assert first[0] != pytest.approx(starting_clip(N_ODD, clip_target_fraction(N_ODD)))
+    cold = sample(
+        model=model, random_seed=4, warm_start=0, discard_tuned_samples=False, **kwargs, **QUIET
+    )
+    np.testing.assert_array_equal(cold.warmup_sample_stats["dp_clip"].values[:, 0], 1.0)
 
 
 def test_no_forecast_under_add_remove_without_a_warm_start():
