@@ -46,8 +46,9 @@ def resolve_warm_start(
     step releases a noisy count of it (charged to the same share), from which
     ``pymc_penalty.sample`` starts the chains' found clip and makes its forecast. Measured
     (add/remove-one, draws 300-500, 2 chains, RMS error of the posterior mean in posterior sd
-    and largest R-hat, without / with the warm start): gauss n = 1e4, epsilon = 6, seeds 1-4:
-    12-45 sd, R-hat 2.7-3.2 / 0.13-0.24 sd, R-hat 1.27-1.50; Normal mean, n = 2e4, seeds
+    and largest R-hat, without / with the warm start): gauss n = 1e4, epsilon = 6: 12-45 sd,
+    R-hat 2.7-3.2 (seeds 1-4) / 0.08-0.81 sd (median 0.23), R-hat 1.18-1.88 (23 runs with
+    fresh noise); Normal mean, n = 2e4, seeds
     1-8: epsilon = 1: 0.0-6.9 (median 0.23), R-hat 1.1-3.0 / 0.07-0.57, R-hat 1.09-1.65;
     epsilon = 2: 0.04-0.27, R-hat 1.04-1.39 / 0.02-0.24, R-hat 1.03-1.13.
 

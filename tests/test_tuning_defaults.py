@@ -168,7 +168,7 @@ def test_auto_warm_start_rule():
     assert sample_plan.resolve_warm_start("auto", model, {"initvals": {}}, None, sub) == 0.0
     assert sample_plan.resolve_warm_start("auto", model, {}, ["owner"], sub) == 0.0
     # Under add/remove-one too (its first step releases a noisy count of the private n):
-    # without it the chains never reached the posterior (docstring: 12-45 against 0.13-0.24 sd).
+    # without it the chains never reached the posterior (docstring: 12-45 against median 0.23 sd).
     adds = "add_remove"
     assert sample_plan.resolve_warm_start("auto", model, {}, None, adds) == 0.2
     with pytest.raises(ValueError):
