@@ -21,12 +21,14 @@ from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.adaptation import RW_SCALE
 from pymc_penalty.budget import (
     NEGLIGIBLE_SHARE,
+    FrozenChainWarning,
     PrivacyBudget,
     RunPlan,
     available_mu,
     calibrate,
 )
 from pymc_penalty.callback import PrivacyCallback
+from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.forecast import (
     UtilityWarning,
     forecast_run,
@@ -96,6 +98,19 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
     }
 
 
+def _start_clip_at_released_count(step: PenaltyMetropolis, n_rows: float) -> None:
+    """Under add/remove-one a found clip starts at 1 (no public n); after a warm start the
+    released count ``n_rows`` is public, so start it where substitute-one's starts,
+    ``starting_clip(n_rows)`` (post-processing). From 1 the chains' noise is about
+    ``sqrt(n) / 3.3`` times too large until tuning has halved the clip that many times, longer
+    than the tuning a warm start gets (measured in ``resolve_warm_start``'s docstring)."""
+    clip = starting_clip(n_rows, clip_target_fraction(n_rows))
+    step.clip = clip
+    for adapter in (step.clip_adapter, step._untuned_clip_adapter):
+        if adapter is not None:
+            adapter.log_clip = math.log(clip)
+
+
 def _forecast_before_spending(
     step_mu: float,
     *,
@@ -104,19 +119,26 @@ def _forecast_before_spending(
     budget: PrivacyBudget,
     plan: RunPlan,
     model: pm.Model,
+    released_rows: float | None = None,
 ) -> dict[str, Any]:
     """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
-    before anything is spent (the warm start included) when it is poor or hopeless.
+    when it is poor or hopeless, before the chains spend.
 
     ``step_mu`` is the chains' per-step ``mu`` as the step will calibrate it (what the ledger
-    has left after the warm start's share, over the plan's releases). Under add/remove-one
-    neighbours n is private, so there is no forecast (it would publish n); a model whose
-    datapoints cannot be counted gets none either (the step's gate then raises its error)."""
-    if Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE:
+    has left after the warm start's share, over the plan's releases). Under substitute-one
+    neighbours n is public and this runs before anything is spent (the warm start included).
+    Under add/remove-one n is private: the forecast uses ``released_rows``, the warm start's
+    released noisy count (post-processing), so it runs after the warm start's share and before
+    the chains spend, and says so; without a released count there is none (it would publish
+    n). A model whose datapoints cannot be counted gets none either (the step's gate then
+    raises its error)."""
+    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
+    if adds and released_rows is None:
         return {}
     try:
-        n = n_datapoints(model)  # public under substitute-one (checked above)
         d = int(sum(np.size(v) for v in model.initial_point().values()))
+        # Substitute-one: n is public. Add/remove-one: only the released count is read.
+        n = float(released_rows) if adds else n_datapoints(model)
     except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
         return {}
     kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
@@ -127,11 +149,21 @@ def _forecast_before_spending(
         n=n,
         d=d,
         steps=plan.draws * plan.chains,
+        neighbours="add_remove" if adds else "substitute",
         likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
     )
     if forecast.verdict in ("poor", "hopeless"):
-        warnings.warn(f"{forecast}", UtilityWarning, stacklevel=3)
-    return {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
+        note = (
+            "\n(Forecast after the warm start's share was spent, from its released noisy "
+            "count of the rows: under add/remove-one neighbours n is private.)"
+            if adds
+            else ""
+        )
+        warnings.warn(f"{forecast}{note}", UtilityWarning, stacklevel=3)
+    out: dict[str, Any] = {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
+    if adds:
+        out["dp_forecast_rows"] = float(released_rows)  # the released count, not n
+    return out
 
 
 def sample(
@@ -198,10 +230,10 @@ def sample(
         covariance is the estimated posterior covariance, kept through tuning (only the
         scaling adapts, from ``2.38 / sqrt(d)``); the chains are calibrated to the rest of
         the budget. Its releases are charged to the same ledger and included in the report
-        (``dp_warm_start_*``). ``"auto"``: 0.2 under substitute-one neighbours (also when
-        the forecast is hopeless: the chains then at least start near the posterior); 0 with
-        ``initvals`` or ``owners`` and under add/remove-one (n is private). ``warm_start=0``
-        opts out (the behaviour of earlier
+        (``dp_warm_start_*``). ``"auto"``: 0.2 (also when the forecast is hopeless: the
+        chains then at least start near the posterior; under add/remove-one its first step
+        releases a noisy count of the rows, n being private); 0 with ``initvals`` or
+        ``owners``. ``warm_start=0`` opts out (the behaviour of earlier
         releases: chains start at the model's initial point and adapt the full covariance).
     warm_start_clip : float, optional
         Clip of each per-datapoint log-likelihood gradient's length in the warm start, in the
@@ -310,6 +342,16 @@ def sample(
             raise
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
+        if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
+            forecast = _forecast_before_spending(
+                calibrate(available_mu(ledger), plan, warn_below=0.0),
+                clip_count_share=clip_count_share,
+                neighbours=neighbours,
+                budget=budget,
+                plan=plan,
+                model=model,
+                released_rows=warm.n_rows,
+            )
         pm_sample_kwargs["initvals"] = chain_starts(
             warm, plan.chains, pm_sample_kwargs.get("random_seed")
         )
@@ -325,8 +367,13 @@ def sample(
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
     # path). This function finalizes the result itself, so the step's warning that a raw
     # result is unpublished does not apply here.
+    # Under add/remove-one after a warm start the found clip starts from the released count
+    # (below): the step's near-frozen check at its n-free start (clip 1) would not apply.
+    restart_clip = warm is not None and Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
+        if restart_clip and clip == "auto":
+            warnings.simplefilter("ignore", FrozenChainWarning)
         step = PenaltyMetropolis(
             epsilon=budget.epsilon,
             delta=budget.delta,
@@ -337,6 +384,16 @@ def sample(
             clip_count_share=clip_count_share,
             ledger=ledger,
             **step_kwargs,
+        )
+    if restart_clip and step.clip_auto:
+        _start_clip_at_released_count(step, warm.n_rows)
+        calibrate(  # the near-frozen check again, at the clip the chains start from
+            available_mu(ledger),
+            plan,
+            clip=step.clip,
+            clip_mode=clip_mode,
+            neighbours=neighbours,
+            clip_count_share=clip_count_share,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any

@@ -358,7 +358,7 @@ def audit_warm_start(
     index: int = 0,
     relation: str = "substitute",
     mu: float = 1.0,
-    clip: float = 1.0,
+    clip: float | str = 1.0,
     steps: int = 1,
     runs: int = 10_000,
     delta: float = 1e-5,
@@ -371,7 +371,9 @@ def audit_warm_start(
     The warm start starts from the model's (data-independent) initial point, so its inputs are
     fixed; each run calls it with fresh noise and an unlimited ledger and audits everything it
     returns: every coordinate of the estimated mode and every entry of the upper triangle of
-    the estimated covariance. The claim is the warm start's own total ``mu``
+    the estimated covariance; with ``clip="auto"`` also the clip it found (and each step's,
+    ``clip_history``) and the last released clipped fraction; under add/remove-one the
+    released count of the rows. The claim is the warm start's own total ``mu``
     (``WarmStart.mu``).
 
     Parameters
@@ -380,9 +382,10 @@ def audit_warm_start(
         ``factory(dataset) -> pm.Model``.
     dataset, neighbour, record, index, relation :
         As in :func:`audit_step`.
-    mu, clip, steps : float, float, int
+    mu, clip, steps : float, float or "auto", int
         Passed to ``private_warm_start`` (``steps=1``: one gradient and one curvature release
-        at the initial point).
+        at the initial point). ``clip="auto"`` with ``steps >= 2`` audits the clip found from
+        the released clipped counts (a count from the second step on).
     runs : int, default 10000
     delta, confidence, label, seed :
         As in :func:`audit_step`.
@@ -394,6 +397,8 @@ def audit_warm_start(
     from pymc_penalty.warmstart import private_warm_start
 
     _check_common(runs, delta, confidence)
+    if isinstance(clip, str) and clip != "auto":
+        raise ValueError('`clip` must be a positive number or "auto".')
     other = _neighbour(dataset, neighbour, record, index, relation)
     neighbours = "substitute" if relation == "substitute" else "add_remove"
     models = []
@@ -413,7 +418,15 @@ def audit_warm_start(
             )
             claimed.append(ws.mu)
             iu = np.triu_indices(ws.covariance.shape[0])
-            return {"point": ws.point, "covariance": ws.covariance[iu]}
+            out = {"point": ws.point, "covariance": ws.covariance[iu]}
+            if clip == "auto":  # found from released counts: released too
+                out["clip"] = ws.clip
+                out["clip_history"] = np.asarray(ws.clip_history)
+                if ws.clipped_fraction is not None:
+                    out["clipped_fraction"] = ws.clipped_fraction
+            if neighbours == "add_remove":  # the released count of the rows
+                out["n_rows"] = ws.n_rows
+            return out
 
         return release
 

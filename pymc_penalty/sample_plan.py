@@ -39,9 +39,18 @@ def resolve_warm_start(
     owners: Any,
     neighbours: Any,
 ) -> float:
-    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE` under
-    substitute-one ``neighbours``, and 0 with ``initvals`` or
-    ``owners`` given, under add/remove-one neighbours, or for a model without gradients.
+    """The warm start's share of the budget. ``"auto"`` is :data:`AUTO_WARM_START_SHARE`, and 0
+    with ``initvals`` or ``owners`` given or for a model without gradients.
+
+    Under add/remove-one ``neighbours`` too: there n is private, and the warm start's first
+    step releases a noisy count of it (charged to the same share), from which
+    ``pymc_penalty.sample`` starts the chains' found clip and makes its forecast. Measured
+    (add/remove-one, draws 300-500, 2 chains, RMS error of the posterior mean in posterior sd
+    and largest R-hat, without / with the warm start): gauss n = 1e4, epsilon = 6: 12-45 sd,
+    R-hat 2.7-3.2 (seeds 1-4) / 0.08-0.81 sd (median 0.23), R-hat 1.18-1.88 (23 runs with
+    fresh noise); Normal mean, n = 2e4, seeds
+    1-8: epsilon = 1: 0.0-6.9 (median 0.23), R-hat 1.1-3.0 / 0.07-0.57, R-hat 1.09-1.65;
+    epsilon = 2: 0.04-0.27, R-hat 1.04-1.39 / 0.02-0.24, R-hat 1.03-1.13.
 
     Also when the forecast is poor or hopeless: there the budget cannot give a converged
     posterior whatever the split (``pp.sample`` warns before spending), but chains started
@@ -54,8 +63,7 @@ def resolve_warm_start(
         return float(warm_start)
     if owners is not None or "initvals" in pm_sample_kwargs:
         return 0.0
-    if Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE:
-        return 0.0  # n is private (the warm start would spend part of the budget counting it)
+    Neighbours.parse(neighbours)  # a valid relation (either gets the warm start)
     if any(v.dtype in pm.discrete_types for v in model.value_vars):
         return 0.0  # refused by the step; the warm start needs gradients
     return AUTO_WARM_START_SHARE

@@ -128,6 +128,9 @@ class WarmStart:
         with ``clip="auto"`` and ``steps >= 2``; None otherwise (no count released).
     clip_history : tuple of float
         The gradient clip of each step (then ``clip``).
+    n_rows : float
+        ``n`` under substitute-one (public); under add/remove-one the released noisy count
+        of the rows (public: the exact ``n`` is not kept).
     """
 
     point: np.ndarray
@@ -139,6 +142,7 @@ class WarmStart:
     metric_clip: float
     clipped_fraction: float | None
     clip_history: tuple[float, ...]
+    n_rows: float = math.nan
 
 
 class _Prior:
@@ -293,4 +297,5 @@ def private_warm_start(
         metric_clip=scoring.clip / math.sqrt(scoring.n_rows),
         clipped_fraction=scoring.clipped_fraction,
         clip_history=scoring.clip_history,
+        n_rows=float(scoring.n_rows),
     )

@@ -314,6 +314,8 @@ def test_a_hopeless_budget_is_forecast_before_anything_is_spent(small_model, tmp
 
 
 def test_no_forecast_under_add_remove_where_n_is_private(small_model):
+    """Without a warm start (whose released count of the rows the forecast would use, see
+    tests/test_add_remove_warm_start.py) there is no forecast: it would publish n."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)
         idata = sample(
@@ -323,6 +325,7 @@ def test_no_forecast_under_add_remove_where_n_is_private(small_model):
             tune=20,
             chains=2,
             neighbours="add_remove",
+            warm_start=0,
             model=small_model,
             random_seed=1,
             **QUIET,

@@ -35,6 +35,7 @@ import pytest
 import pymc_penalty as pp
 from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis
 from pymc_penalty import audit as pa
+from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.kernel import split_step_mu
 from pymc_penalty.model_checks import validate_model
 from pymc_penalty.validation import InvalidDataError
@@ -560,6 +561,10 @@ def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data(
         "dp_r_hat_max",
         "dp_ess_bulk_min",
         "dp_epsilon",
+        # Post-processing of the warm start's released (noisy) count of the rows: checked below.
+        "dp_forecast_ess",
+        "dp_forecast_rows",
+        "dp_forecast_verdict",
     }
     assert set(a.attrs) == set(b.attrs)
     for key in sorted(public):
@@ -569,9 +574,13 @@ def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data(
         elif key not in ("dp_mu_spent", "dp_epsilon_spent"):
             assert va == vb, key
     assert "sampling_time" not in a.attrs
-    assert not any(k.startswith("dp_forecast") for k in a.attrs)
-    # The clip starts at the same public value for both (add/remove: n is not used).
-    assert a.sample_stats["dp_clip"].values[0, 0] == b.sample_stats["dp_clip"].values[0, 0]
+    # The forecast and the found clip's start read the warm start's released count of the
+    # rows, never n (add/remove: n is not used): the same function of it for both.
+    for idata, n in ((a, 40), (b, 41)):
+        rows = idata.attrs["dp_forecast_rows"]
+        assert rows != n
+        start = starting_clip(rows, clip_target_fraction(rows))
+        assert idata.sample_stats["dp_clip"].values[0, 0] == start
     assert "eta" not in a.posterior
     # No coordinate value of a data dimension (the observations themselves, region labels).
     text = a.to_dict().__repr__() + str(pp.report(a))
