@@ -3,8 +3,10 @@
 For each cell (workload, n, epsilon) of the grid n in {1e4, 1e5, 1e6} x epsilon in
 {0.5, 1, 2, 6} on two workloads:
 
-- ``logistic``: :mod:`utility`'s workload (Bayesian logistic regression, d = 5, standard normal
-  covariates, ``beta ~ N(0, 1)``, coefficients drawn from a fixed seed), delta = 1 / n;
+- ``logistic``: :mod:`utility`'s model (Bayesian logistic regression, d = 5, ``beta ~ N(0, 1)``,
+  coefficients drawn from a fixed seed) with covariates uniform in the unit ball
+  (``||x|| <= 1``, as issue 13 specifies; :mod:`utility` itself draws them standard normal),
+  delta = 1 / n;
 - ``gauss``: :mod:`gauss`'s workload (d = 10, rows ``N(theta, Sigma)``, scales 0.1 to 10 in a
   random rotation, prior ``N(0, 10^2 I)``), delta = 0.1 / n;
 
@@ -525,9 +527,9 @@ sqrt(d)` with `q` the likelihood family's per-row whitened bound at the clipped 
 defaults aim at; a loose ceiling); `forecast error` is `pymc_penalty.forecast_utility`'s for the
 defaults' plan and the likelihood's family. Errors: RMS over coordinates of (mean - reference
 mean) / reference sd; sd ratio: geometric mean over coordinates of sd / reference sd. Workloads:
-logistic (`benchmarks/utility.py`: d = 5, standard normal covariates, delta = 1/n; reference by
-importance sampling from the Laplace approximation) and gauss (`benchmarks/gauss.py`: d = 10,
-anisotropic, delta = 0.1/n; exact reference).
+logistic (`benchmarks/utility.py`'s model, d = 5, with covariates uniform in the unit ball,
+`||x|| <= 1`, delta = 1/n; reference by importance sampling from the Laplace approximation)
+and gauss (`benchmarks/gauss.py`: d = 10, anisotropic, delta = 0.1/n; exact reference).
 
 Target (issue 13): the defaults within {TARGET_FACTOR}x of the oracle's error where the oracle
 reaches <= {ORACLE_REACH} sd. Met in {len(met)} of the cells run, not met in {len(missed)}
