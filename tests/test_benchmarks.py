@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,7 +220,23 @@ def check_utility_table(res: dict) -> None:
         assert row["target"] == expected, key
 
 
+def check_defaults_seeds(res: dict) -> None:
+    rows = res["rows"]
+    assert res["seeds"] == len(rows) == 2
+    errs = np.array([r["err"] for r in rows])
+    # The summary recomputed from the rows it printed.
+    assert res["rms_err"] == pytest.approx(math.sqrt(np.mean(errs**2)), abs=1e-4)
+    assert res["rms_ws_err"] == pytest.approx(
+        math.sqrt(np.mean([r["ws_err"] ** 2 for r in rows])), abs=1e-4
+    )
+    # An easy cell (n = 2000, epsilon = 6): the warm start lands and the chains stay near it
+    # (chains started at the model's initial point are 10-20 sd off on such workloads).
+    assert all(r["ws_err"] < 3.0 and r["err"] < 3.0 for r in rows), rows
+    assert all(0.3 < r["sd_ratio"] < 3.0 for r in rows), rows
+
+
 CHECKS = {
+    "defaults_seeds": check_defaults_seeds,
     "accounting": check_accounting,
     "gauss": check_gauss,
     "contamination": check_contamination,
