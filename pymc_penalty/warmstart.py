@@ -28,6 +28,12 @@ gradients, same workloads): gauss 0.223 before, 0.242 after (the count's share o
 gradient's ``mu^2``); logistic 4.58 before (40 seeds), 0.56 after, largest coordinate at
 most 1.7.
 
+From a start far from the mode (in per-datapoint sds) every row's gradient is clipped in one
+direction, so each step moves at most about the clip: a Normal mean started at 50 for data
+centred on 3 (n = 2e4, 6600 posterior sds) ended 2900-3700 sds short after 8 steps. After three
+such steps the gradient clip grows 16 times per far step (:func:`fisher_scoring`; from released
+values only, no extra release); starts that are not far run exactly as before.
+
 Under add/remove-one, where ``n`` is private, the first step also releases a noisy count.
 Per-datapoint gradients are central finite differences of the compiled per-datapoint
 log-likelihood vector. Their accuracy does not matter for privacy: clipping bounds the

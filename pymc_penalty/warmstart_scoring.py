@@ -256,6 +256,18 @@ def fisher_scoring(
         released whitened mean within ``_NEAR_MODE``); they are of the rows centred on their
         released mean. The first step's gradient is not counted: it is measured in the
         pilot metric (inflated on purpose) at the data-independent start.
+
+        Far from the mode every row is clipped in one direction and a step moves at most
+        about the clip in per-datapoint sds. After ``_FAR_STEPS`` (3) consecutive far steps
+        (the released whitened mean, less its noise, at least ``_FAR_SHARE`` (0.9) of the clip
+        used; the first step, in the pilot metric, not counted) the next gradient release
+        clips at ``_TRAVEL_GROWTH`` (16) times that clip, and again while far; the step that
+        is no longer far returns to the found clip. The clip is a function of releases only,
+        the noise sd grows with it and nothing more is released, so the privacy cost is
+        unchanged. Iterates before and during travelling are not averaged, nor, after it,
+        those before a step longer than ``_SETTLED`` (3) of its noise sds. A start that is
+        never far three times running (gauss from its initial point: twice) runs exactly as
+        before.
     noise : numpy.random.Generator
     commit : callable
         ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).
