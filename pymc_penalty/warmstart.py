@@ -133,7 +133,8 @@ class WarmStart:
         The last released clipped fraction (noisy count over ``n`` or its released count),
         with ``clip="auto"`` and ``steps >= 2``; None otherwise (no count released).
     clip_history : tuple of float
-        The gradient clip of each step (then ``clip``).
+        The gradient clip of each step (then ``clip``); a step taken far from the mode shows
+        the larger clip it travelled with (:func:`fisher_scoring`).
     n_rows : float
         ``n`` under substitute-one (public); under add/remove-one the released noisy count
         of the rows (public: the exact ``n`` is not kept).
