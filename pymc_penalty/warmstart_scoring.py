@@ -82,7 +82,7 @@ _FLOOR = 0.5
 #: Far from the mode (in per-datapoint sds) every row's gradient is clipped in the same
 #: direction, so the released sum is about ``n C`` and a Fisher step moves at most ``C``
 #: per-datapoint sds (``C sqrt(n)`` posterior sds): 8 steps from a start 6600 posterior sds
-#: away (a Normal mean started at 50 for 3, n = 2e4) ended 2900-3700 sds short. A step is
+#: away (a Normal mean started at 50 for 3, n = 2e4) ended 3070-3810 sds short. A step is
 #: "far" when the released whitened mean of the clipped gradients, less two ``sqrt(d)`` of its
 #: noise sds, is at least this share of the clip used (near the mode it is about ``1 / sqrt(n)``
 #: of a per-datapoint sd, so this never fires there and the warm start is unchanged, bit for
