@@ -28,6 +28,14 @@ gradients, same workloads): gauss 0.223 before, 0.242 after (the count's share o
 gradient's ``mu^2``); logistic 4.58 before (40 seeds), 0.56 after, largest coordinate at
 most 1.7.
 
+From a start far from the mode (in per-datapoint sds) every row's gradient is clipped in one
+direction, so each step moves at most about the clip: a Normal mean started at 50 for data
+centred on 3 (n = 2e4, 6600 posterior sds) ended 3070-3810 sds short after 8 steps (8 seeds,
+epsilon 1 and 2, a 20% warm start). After three such steps the gradient clip grows 16 times per
+far step (:func:`fisher_scoring`; from released values only, no extra release): 0.02-2.6 sds
+(RMS 1.07) at epsilon 1, 0.02-0.57 (RMS 0.28) at 2. Starts that are not far run exactly as
+before.
+
 Under add/remove-one, where ``n`` is private, the first step also releases a noisy count.
 Per-datapoint gradients are central finite differences of the compiled per-datapoint
 log-likelihood vector. Their accuracy does not matter for privacy: clipping bounds the
@@ -127,7 +135,8 @@ class WarmStart:
         The last released clipped fraction (noisy count over ``n`` or its released count),
         with ``clip="auto"`` and ``steps >= 2``; None otherwise (no count released).
     clip_history : tuple of float
-        The gradient clip of each step (then ``clip``).
+        The gradient clip of each step (then ``clip``); a step taken far from the mode shows
+        the larger clip it travelled with (:func:`fisher_scoring`).
     n_rows : float
         ``n`` under substitute-one (public); under add/remove-one the released noisy count
         of the rows (public: the exact ``n`` is not kept).
