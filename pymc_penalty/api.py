@@ -21,14 +21,12 @@ from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.adaptation import RW_SCALE
 from pymc_penalty.budget import (
     NEGLIGIBLE_SHARE,
-    FrozenChainWarning,
     PrivacyBudget,
     RunPlan,
     available_mu,
     calibrate,
 )
 from pymc_penalty.callback import PrivacyCallback
-from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.forecast import (
     UtilityWarning,
     forecast_run,
@@ -96,19 +94,6 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
         "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
         "dp_warm_start_releases": warm.releases if warm is not None else 0,
     }
-
-
-def _start_clip_at_released_count(step: PenaltyMetropolis, n_rows: float) -> None:
-    """Under add/remove-one a found clip starts at 1 (no public n); after a warm start the
-    released count ``n_rows`` is public, so start it where substitute-one's starts,
-    ``starting_clip(n_rows)`` (post-processing). From 1 the chains' noise is about
-    ``sqrt(n) / 3.3`` times too large until tuning has halved the clip that many times, longer
-    than the tuning a warm start gets (measured in ``resolve_warm_start``'s docstring)."""
-    clip = starting_clip(n_rows, clip_target_fraction(n_rows))
-    step.clip = clip
-    for adapter in (step.clip_adapter, step._untuned_clip_adapter):
-        if adapter is not None:
-            adapter.log_clip = math.log(clip)
 
 
 def _forecast_before_spending(
@@ -364,16 +349,16 @@ def sample(
             step_kwargs["S"] = positive_definite(warm.covariance)
             step_kwargs.setdefault("adapt", "scaling")
             step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
+        if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:
+            # n is private: a found clip starts from the warm start's released count (from
+            # 1, the chains' noise stayed too large through the 200 tuning steps a warm
+            # start gets: gauss n = 1e4, epsilon = 6, R-hat 2.4-3.1).
+            step_kwargs.setdefault("released_rows", warm.n_rows)
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
     # path). This function finalizes the result itself, so the step's warning that a raw
     # result is unpublished does not apply here.
-    # Under add/remove-one after a warm start the found clip starts from the released count
-    # (below): the step's near-frozen check at its n-free start (clip 1) would not apply.
-    restart_clip = warm is not None and Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
-        if restart_clip and clip == "auto":
-            warnings.simplefilter("ignore", FrozenChainWarning)
         step = PenaltyMetropolis(
             epsilon=budget.epsilon,
             delta=budget.delta,
@@ -384,16 +369,6 @@ def sample(
             clip_count_share=clip_count_share,
             ledger=ledger,
             **step_kwargs,
-        )
-    if restart_clip and step.clip_auto:
-        _start_clip_at_released_count(step, warm.n_rows)
-        calibrate(  # the near-frozen check again, at the clip the chains start from
-            available_mu(ledger),
-            plan,
-            clip=step.clip,
-            clip_mode=clip_mode,
-            neighbours=neighbours,
-            clip_count_share=clip_count_share,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any

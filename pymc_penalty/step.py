@@ -162,6 +162,13 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         Share of each private step's ``mu^2`` spent on releasing the number of clipped
         datapoints with Gaussian noise (reported as ``dp_clipped_fraction``). Set to 0 to
         spend nothing on it; the statistic is then NaN.
+    released_rows : float, optional
+        A released (noisy, hence public) count of the datapoints, e.g. the private warm
+        start's under add/remove-one neighbours (``WarmStart.n_rows``; ``pymc_penalty.sample``
+        passes it). Under add/remove-one, where n is private, a found clip (and a default
+        ``S``) then start from it as they start from n under substitute-one, instead of from
+        1; the clip still adapts toward one clipped row per release. Ignored under
+        substitute-one.
     reproducible_noise : bool, default False
         Draw the privacy noise from the step's seeded generator (so ``random_seed``
         reproduces runs) instead of a fresh OS-entropy generator. Not private.
@@ -252,6 +259,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict[str, Any] | None = None,
         blocked: bool = True,
+        released_rows: float | None = None,
     ) -> None:
         model = pm.modelcontext(model)
         check_blocked(blocked)
@@ -269,6 +277,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             target_accept=target_accept,
             tune_interval=adapt_window,
             scaling=scaling,
+            released_rows=released_rows,
         )
         budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
@@ -292,7 +301,9 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         self.noise_sd = None if noise_sd is None else float(noise_sd)
         n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
         shaped = S is not None  # a given S is taken for the posterior's shape (the clip holds)
-        S, clip = starting_proposal(S, size, clip, n_public)
+        # The start's row count: n where public, else a released count if one was given.
+        start_rows = n_public if n_public is not None else released_rows
+        S, clip = starting_proposal(S, size, clip, start_rows)
         self.clip = clip
         #: True when the clip constant is found in tuning from the released clipped counts.
         self.clip_auto = clip_auto

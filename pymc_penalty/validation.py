@@ -214,6 +214,7 @@ def check_step_arguments(
     target_accept: Any = 0.234,
     tune_interval: Any = 100,
     scaling: Any = 1.0,
+    released_rows: Any = None,
 ) -> None:
     """The budget-related arguments of :class:`~pymc_penalty.PenaltyMetropolis`.
 
@@ -252,6 +253,8 @@ def check_step_arguments(
     check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
     check_integer("tune_interval", tune_interval, low=1)
     check_real("scaling", scaling, low=0.0, low_open=True)
+    if released_rows is not None:
+        check_real("released_rows", released_rows, low=0.0, low_open=True)
 
 
 def check_sample_arguments(

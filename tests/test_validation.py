@@ -259,6 +259,7 @@ CASES: list[Case] = [
     ("step-plan-draws-0", _step, _logistic, dict(plan=RunPlan(0, 5, 1)), ARG, "draws"),
     ("step-plan-tuple", _step, _logistic, dict(plan=(5, 5, 1)), ARG, "plan"),
     ("step-clip-zero", _step, _logistic, dict(clip=0.0), ARG, "clip"),
+    ("step-released-rows", _step, _logistic, dict(released_rows=-5.0), ARG, "released_rows"),
     ("step-share", _step, _logistic, dict(clip_count_share=2.0), ARG, "clip_count_share"),
     ("step-target-accept", _step, _logistic, dict(target_accept=1.5), ARG, "target_accept"),
     ("step-tune-interval", _step, _logistic, dict(tune_interval=0.5), ARG, "tune_interval"),
