@@ -49,6 +49,7 @@ from pymc_penalty.sample_plan import (
 )
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.step_setup import check_step_kwargs
 from pymc_penalty.validation import check_sample_arguments
 from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
 
@@ -277,6 +278,12 @@ def sample(
         raise ValueError(
             "`return_inferencedata` must be True: the privacy report lives in InferenceData."
         )
+    # The step is built after the warm start has spent: its arguments are checked now.
+    check_step_kwargs(
+        step_kwargs,
+        PenaltyMetropolis,
+        int(sum(np.size(v) for v in model.initial_point().values())),
+    )
     for name in ("step", "callback"):
         if name in pm_sample_kwargs:
             raise ValueError(

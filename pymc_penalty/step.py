@@ -168,7 +168,8 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         passes it). Under add/remove-one, where n is private, a found clip (and a default
         ``S``) then start from it as they start from n under substitute-one, instead of from
         1; the clip still adapts toward one clipped row per release. Ignored under
-        substitute-one.
+        substitute-one. It must be public: a count computed from the data without noise
+        would publish n through the clip (``dp_clip``).
     reproducible_noise : bool, default False
         Draw the privacy noise from the step's seeded generator (so ``random_seed``
         reproduces runs) instead of a fresh OS-entropy generator. Not private.

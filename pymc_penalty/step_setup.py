@@ -7,6 +7,7 @@ ledger), the step's warnings, and the declaration of its extra sample statistics
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any, Protocol
 
@@ -15,7 +16,7 @@ from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalPropo
 
 from pymc_penalty.adaptation import ADAPT_MODES, PROPOSAL_KINDS
 from pymc_penalty.budget import PrivacyBudget, RunPlan
-from pymc_penalty.validation import InvalidArgumentError, check_integer
+from pymc_penalty.validation import InvalidArgumentError, check_integer, check_step_arguments
 
 __all__ = [
     "CLIP_STAT",
@@ -242,6 +243,47 @@ def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_di
             "`proposal_dist` must be pm.NormalProposal or pm.MultivariateNormalProposal: "
             "the penalty test needs a symmetric proposal with a known density."
         )
+
+
+#: Step arguments ``pymc_penalty.sample`` sets itself (not accepted in its ``step_kwargs``).
+SET_BY_SAMPLE = frozenset(
+    {"epsilon", "delta", "plan", "clip", "clip_mode", "neighbours", "clip_count_share"}
+    | {"ledger", "model", "vars", "noise_sd", "mu"}
+)
+
+
+def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
+    """``pymc_penalty.sample``'s ``step_kwargs``, checked as ``step_class`` checks them but
+    before anything is spent (the warm start spends before the step is built): unknown names
+    and the ones ``sample`` sets, the proposal's options and shape (``size``: the raveled
+    parameter count), and the numbers the step checks.
+
+    Raises
+    ------
+    InvalidArgumentError or ValueError
+        Naming the argument and the accepted range.
+    """
+    kwargs = dict(step_kwargs or {})
+    accepted = set(inspect.signature(step_class.__init__).parameters) - {"self"} - SET_BY_SAMPLE
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        raise InvalidArgumentError(
+            f"`step_kwargs` has {unknown}: not arguments of {step_class.__name__} that "
+            f"pymc_penalty.sample passes on (it sets {sorted(SET_BY_SAMPLE)} itself)."
+        )
+    check_proposal_options(
+        kwargs.get("adapt", "full"),
+        kwargs.get("proposal", "block"),
+        kwargs.get("max_step"),
+        kwargs.get("proposal_dist"),
+    )
+    if kwargs.get("S") is not None:
+        check_proposal_shape(kwargs["S"], size)
+    for name in ("adapt_window", "tune_interval"):
+        if kwargs.get(name) is not None:
+            check_integer(name, kwargs[name], low=1)
+    numbers = {k: kwargs[k] for k in ("target_accept", "scaling", "released_rows") if k in kwargs}
+    check_step_arguments(**numbers)
 
 
 def check_proposal_shape(S: Any, size: int) -> np.ndarray:

@@ -245,6 +245,25 @@ CASES: list[Case] = [
     ("sample-keep-data", _sample, _logistic, dict(keep_data="no"), ARG, "keep_data"),
     ("sample-ledger-path", _sample, _logistic, dict(ledger_path=3), ARG, "ledger_path"),
     ("sample-step-kwargs", _sample, _logistic, dict(step_kwargs=[1]), ARG, "step_kwargs"),
+    # The default warm start spends before the step is built: its arguments are checked first.
+    (
+        "sample-step-scaling",
+        _sample,
+        _logistic,
+        dict(step_kwargs={"scaling": -1.0}),
+        ARG,
+        "scaling",
+    ),
+    ("sample-step-unknown", _sample, _logistic, dict(step_kwargs={"bogus": 1}), ARG, "bogus"),
+    ("sample-step-sets-clip", _sample, _logistic, dict(step_kwargs={"clip": 2.0}), ARG, "clip"),
+    (
+        "sample-step-adapt",
+        _sample,
+        _logistic,
+        dict(step_kwargs={"adapt": "no"}),
+        ValueError,
+        "adapt",
+    ),
     # pp.sample: data
     ("sample-bernoulli-123", _sample, _bernoulli_123, {}, DATA, "y"),
     ("sample-nan-covariate", _sample, _nan_covariate, {}, DATA, "y"),
