@@ -355,17 +355,53 @@ def verdict(defaults_err: float, oracle_err: float) -> str:
     return "met" if defaults_err <= TARGET_FACTOR * oracle_err else "not met"
 
 
-def run_cell(args: tuple[Cell, Plan, int, bool]) -> tuple[str, dict]:
-    """One cell: the reference, the oracle, the defaults and the limits."""
-    cell, plan, seed, quick = args
+def over_seeds(runs: list[dict]) -> dict:
+    """One chain kind's figures over seeds: ``mean_err_sd`` is the RMS over seeds of each run's
+    error (``mean_err_sd_se``: its standard error, from the mean square's, propagated);
+    ``sd_ratio`` the geometric mean; the other numbers the median; ``per_seed`` each run's
+    error. One run is returned as it is."""
+    if len(runs) == 1:
+        return runs[0]
+    errs = np.array([r["mean_err_sd"] for r in runs])
+    rms = float(np.sqrt(np.mean(errs**2)))
+    se_ms = float(np.std(errs**2, ddof=1) / math.sqrt(len(errs)))
+    out = {
+        key: float(np.median([r[key] for r in runs]))
+        for key, value in runs[0].items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    out.update(
+        mean_err_sd=round(rms, 4),
+        mean_err_sd_se=round(se_ms / (2.0 * rms), 4) if rms > 0 else 0.0,
+        sd_ratio=round(float(np.exp(np.mean(np.log([r["sd_ratio"] for r in runs])))), 4),
+        per_seed=[r["mean_err_sd"] for r in runs],
+    )
+    if "tune" in runs[0]:
+        out["tune"] = int(runs[0]["tune"])
+    return out
+
+
+def run_cell(args: tuple[Cell, Plan, list[int], bool]) -> tuple[str, dict]:
+    """One cell over ``seeds``: the reference, the oracle, the defaults and the limits."""
+    cell, plan, seeds, quick = args
     utility_bench._quiet()
     t0 = time.perf_counter()
     prob = make_problem(cell.workload, cell.n)
-    defaults = run_defaults(prob, plan, cell.epsilon, seed, quick)
-    if plan.tune == AUTO_TUNE:  # the oracle makes the releases the defaults made
-        plan = Plan(plan.draws, defaults["tune"], plan.chains)
-    oracle = run_oracle(prob, plan, cell.epsilon, seed)
+    runs_d, runs_o = [], []
+    for seed in seeds:
+        defaults = run_defaults(prob, plan, cell.epsilon, seed, quick)
+        # With tune="auto" the oracle makes the releases the defaults made (the rule reads
+        # public quantities only, so every seed resolves it alike).
+        seed_plan = plan
+        if plan.tune == AUTO_TUNE:
+            seed_plan = Plan(plan.draws, defaults["tune"], plan.chains)
+        runs_d.append(defaults)
+        runs_o.append(run_oracle(prob, seed_plan, cell.epsilon, seed))
+    if plan.tune == AUTO_TUNE:
+        plan = Plan(plan.draws, runs_d[0]["tune"], plan.chains)
+    defaults, oracle = over_seeds(runs_d), over_seeds(runs_o)
     row = {
+        "seeds": list(seeds),
         "workload": cell.workload,
         "n": cell.n,
         "epsilon": cell.epsilon,
@@ -446,19 +482,28 @@ def _partial_result(lines: list[str], path: str) -> dict:
     return {"plan": ast.literal_eval(plan_text), "cells": cells}
 
 
+def _error_text(runs: dict) -> str:
+    """An error, with its standard error over seeds where there were several."""
+    if "mean_err_sd_se" in runs:
+        return f"{runs['mean_err_sd']:.3g} +- {runs['mean_err_sd_se']:.2g}"
+    return f"{runs['mean_err_sd']:.3g}"
+
+
 def table(rows: dict[str, dict]) -> str:
     """Markdown table of the cells run."""
     lines = [
-        "| workload | n | epsilon | defaults error (sd) | defaults sd ratio | defaults R-hat "
-        "| tune | oracle error (sd) | oracle sd ratio | 1/sqrt(E_max) | forecast error | target |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | n | epsilon | seeds | defaults error (sd) | defaults sd ratio "
+        "| defaults R-hat | tune | oracle error (sd) | oracle sd ratio | 1/sqrt(E_max) "
+        "| forecast error | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows.values():
         df, orc = r["defaults"], r["oracle"]
         lines.append(
-            f"| {r['workload']} | {_n_label(r['n'])} | {r['epsilon']:g} | {df['mean_err_sd']:.3g} "
+            f"| {r['workload']} | {_n_label(r['n'])} | {r['epsilon']:g} "
+            f"| {len(r.get('seeds', [1]))} | {_error_text(df)} "
             f"| {df['sd_ratio']:.3g} | {df.get('r_hat_max', math.nan):.3g} "
-            f"| {df.get('tune', '')} | {orc['mean_err_sd']:.3g} | {orc['sd_ratio']:.3g} "
+            f"| {df.get('tune', '')} | {_error_text(orc)} | {orc['sd_ratio']:.3g} "
             f"| {r['e_max_err_sd']:.3g} | {r['forecast_err_sd']:.3g} | {r['target']} |"
         )
     return "\n".join(lines)
@@ -513,8 +558,11 @@ def write_docs(out: dict, png: str) -> None:
 Commands (each ran the cells it names; `--merge` of their outputs with `--write-docs` wrote
 this page): {"; ".join(f"`{c}`" for c in out["commands"]) or "none recorded"}. Written
 {datetime.date.today().isoformat()} from runs on {out["machine"]} (load average per cell in the
-RESULT line). One seed per cell: a cell's error is one draw of a quantity whose sd is about
-half its size (the oracle over 8 seeds at logistic n = 1e4, epsilon = 6 measured 0.11-0.53 sd).
+RESULT line). With one seed (the `seeds` column) a cell's error is one draw of a quantity
+whose sd is about half its size (the oracle over 8 seeds at logistic n = 1e4, epsilon = 6
+measured 0.11-0.53 sd); with several, the error is the RMS over seeds (the privacy noise is
+fresh each run), +- its standard error, for the defaults and the oracle alike, and the target
+compares those.
 
 What is compared, per cell (workload, n, epsilon), substitute-one neighbours: `defaults` is
 `pymc_penalty.sample(epsilon, delta)` with every other argument at its default (the plan:
@@ -550,7 +598,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="n = 2000, eps 6, a short plan")
     parser.add_argument("--cells", nargs="+", help="subset: workload:n:epsilon, * for any")
     parser.add_argument("--jobs", type=int, default=1, help="processes (one thread each)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="the first seed")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per cell (seed, seed + 1, ...), errors RMS over them (1; --quick: 2)",
+    )
     parser.add_argument("--write-docs", action="store_true", help="docs/benchmarks/utility-table")
     parser.add_argument(
         "--merge",
@@ -579,7 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     # Longest first (largest n), so that a pool finishes together.
-    work = [(c, plan, args.seed, args.quick) for c in sorted(cells, key=lambda c: -c.n)]
+    count = args.seeds if args.seeds is not None else (2 if args.quick else 1)
+    seeds = list(range(args.seed, args.seed + max(1, count)))
+    work = [(c, plan, seeds, args.quick) for c in sorted(cells, key=lambda c: -c.n)]
     done: dict[str, dict] = {}
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:

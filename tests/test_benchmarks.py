@@ -201,6 +201,12 @@ def check_utility_table(res: dict) -> None:
         assert key.startswith(f"{workload}:"), key
         for method in ("defaults", "oracle"):
             assert _positive(row[method]["mean_err_sd"]) and _positive(row[method]["sd_ratio"])
+            # Quick mode runs two seeds: the cell's error is the RMS over their errors.
+            per_seed = np.array(row[method]["per_seed"])
+            assert len(per_seed) == len(row["seeds"]) == 2, key
+            rms = math.sqrt(np.mean(per_seed**2))
+            assert row[method]["mean_err_sd"] == pytest.approx(rms, abs=1e-4), key
+            assert row[method]["mean_err_sd_se"] >= 0.0, key
         assert row["defaults"]["epsilon_spent"] <= eps * (1 + 1e-9)
         assert 0.0 < row["oracle"]["accept"] < 1.0, key
         # The oracle clips about the fraction the defaults aim at (its quantile is probed).
