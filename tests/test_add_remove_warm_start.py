@@ -230,9 +230,13 @@ def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(
     for w in record:
         assert str(N_ODD) not in str(w.message)
     for key, value in attrs.items():
-        assert str(N_ODD) not in str(value), key
-        if np.ndim(value) == 0 and not isinstance(value, str):
-            assert float(value) != N_ODD, key
+        if np.asarray(value).dtype.kind == "f":
+            # A noisy float (the released count centred on n, R-hat, ESS) holds the digits
+            # "1237" by chance in about 0.7% of runs (computed from their spread): only n
+            # itself would carry it.
+            assert not np.any(np.asarray(value) == N_ODD), key
+        else:
+            assert str(N_ODD) not in str(value), key
 
 
 def test_the_found_clip_starts_from_the_released_count():
@@ -244,7 +248,9 @@ def test_the_found_clip_starts_from_the_released_count():
     rows = warm.attrs["dp_forecast_rows"]
     first = warm.warmup_sample_stats["dp_clip"].values[:, 0]
     np.testing.assert_allclose(first, starting_clip(rows, clip_target_fraction(rows)), rtol=1e-12)
-    assert first[0] != pytest.approx(starting_clip(N_ODD, clip_target_fraction(N_ODD)))
+    # rel 1e-10, not approx's 1e-6: a released count within 0.003 of n (1 run in 1e4, count sd 21.6)
+    # gives a start within 1e-6 of n's; within 1e-10 it is about 1 in 1e8.
+    assert first[0] != pytest.approx(starting_clip(N_ODD, clip_target_fraction(N_ODD)), rel=1e-10)
     cold = sample(
         model=model, random_seed=4, warm_start=0, discard_tuned_samples=False, **kwargs, **QUIET
     )
