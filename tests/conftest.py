@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import arviz as az
@@ -60,16 +61,38 @@ def posterior_check(
     return ok, f"KS p={p:.3g} on {sample.size} thinned draws; |mean err|={err:.3g}, MCSE={mcse:.3g}"
 
 
-def data_strings(values: np.ndarray) -> list[str]:
-    """A few ways a data value could be printed (precise enough never to collide by chance)."""
-    out = []
-    for v in np.asarray(values, dtype=float).ravel():
-        out += [f"{v:.6f}", f"{v:.8g}", repr(float(v))]
-    # Short forms (a round neighbour such as 10 prints as "10") occur by chance inside
-    # unrelated figures ("0.103"); only forms of five or more characters are distinctive.
-    return [s for s in out if len(s) >= 5]
+#: A number as text: digits with an optional point, sign and exponent.
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+#: Significant digits from which a printed number identifies a data value (a report's figures,
+#: printed to 3-4 digits, coincide with data values by chance; six digits do about once in
+#: 1e6 pairs, and a number printed to its full precision never does).
+_DISTINCT_DIGITS = 6
+
+
+def _significant_digits(token: str) -> int:
+    mantissa = re.split("[eE]", token)[0].lstrip("+-").replace(".", "")
+    return len(mantissa.lstrip("0"))
 
 
 def leaked_strings(text: str, values: np.ndarray) -> list[str]:
-    """The printed forms of ``values`` that occur in ``text`` (empty when nothing leaked)."""
-    return [s for s in data_strings(values) if s in text]
+    """The numbers in ``text`` that print a value of ``values`` (empty when nothing leaked).
+
+    Every number in the text is read whole (a token), with as many significant digits ``s`` as
+    it was printed with; it prints a data value ``v`` when ``|v|`` rounded to ``s`` significant
+    digits equals it in magnitude (any precision from six digits up: ``.6f``, NumPy's eight
+    decimals, ``repr``, a ``.9f`` coordinate). Whole tokens, compared at their own precision,
+    never match by chance inside a longer unrelated figure (a substring match of ``.6f``
+    forms against 8-decimal posterior draws did in about 1 run of 800).
+    """
+    values = np.abs(np.asarray(values, dtype=float).ravel())
+    rounded: dict[int, set[float]] = {}
+    found = []
+    for token in set(_NUMBER.findall(text)):
+        digits = _significant_digits(token)
+        if digits < _DISTINCT_DIGITS:
+            continue
+        if digits not in rounded:
+            rounded[digits] = {float(f"{v:.{digits}g}") for v in values}
+        if abs(float(token)) in rounded[digits]:
+            found.append(token)
+    return sorted(found)
