@@ -190,6 +190,20 @@ def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> n
     return grads
 
 
+def _transformed(model: pm.Model, value_vars: list, point: dict[str, Any]) -> np.ndarray:
+    """Which raveled coordinates belong to a transformed value variable (``log``,
+    ``logodds``, ...): model structure, no data."""
+    return np.concatenate(
+        [
+            np.full(
+                np.size(point[v.name]),
+                model.rvs_to_transforms.get(model.values_to_rvs[v]) is not None,
+            )
+            for v in value_vars
+        ]
+    )
+
+
 def split_point(x: np.ndarray, template: dict[str, Any]) -> dict[str, np.ndarray]:
     """A raveled point split per value variable, in ``template``'s order, shapes and dtypes
     (the layout of ``WarmStart.initvals``)."""
@@ -291,6 +305,7 @@ def private_warm_start(
         clip=clip,
         noise=noise,
         commit=commit,
+        transformed=_transformed(model, value_vars, point),
     )
     x = scoring.mode
     covariance = np.linalg.inv(scoring.precision)
