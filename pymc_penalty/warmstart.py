@@ -36,6 +36,15 @@ far step (:func:`fisher_scoring`; from released values only, no extra release): 
 (RMS 1.07) at epsilon 1, 0.02-0.57 (RMS 0.28) at 2. Starts that are not far run exactly as
 before.
 
+A scale started far from its mode is harder: there the rows' spread underestimates its
+curvature many times (heights, ``y ~ N(170, 10)``, n = 1e4, ``sigma ~ HalfNormal(50)`` started
+at 50 with the mean at 0: the log-scale scores are nearly all equal, and with no noise a step
+in ``log sigma`` reached -30). A step then moves a transformed coordinate by at most 0.5, the
+next metric is released scale-free again and the next step of the schedule runs as two at the
+same total ``mu^2`` (:func:`fisher_scoring`, ``transformed``; no extra privacy cost). There,
+with a 20% warm start (6 seeds): RMS error over coordinates 1.7 posterior sds at epsilon 1 and
+1.6 at 2 (largest 3.5), against XXX before.
+
 Under add/remove-one, where ``n`` is private, the first step also releases a noisy count.
 Per-datapoint gradients are central finite differences of the compiled per-datapoint
 log-likelihood vector. Their accuracy does not matter for privacy: clipping bounds the
