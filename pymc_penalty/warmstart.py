@@ -36,6 +36,17 @@ far step (:func:`fisher_scoring`; from released values only, no extra release): 
 (RMS 1.07) at epsilon 1, 0.02-0.57 (RMS 0.28) at 2. Starts that are not far run exactly as
 before.
 
+A scale started far from its mode is harder: there the rows' spread underestimates its
+curvature many times (heights, ``y ~ N(170, 10)``, n = 1e4, ``sigma ~ HalfNormal(50)`` started
+at 50 with the mean at 0: the log-scale scores are nearly all equal, and with no noise a step
+in ``log sigma`` reached -30). A step then moves a transformed coordinate by at most 0.5, the
+next metric is released scale-free again (for a step over twice the cap) and the next step of
+the schedule runs as two at the same total ``mu^2`` (:func:`fisher_scoring`, ``transformed``;
+no extra privacy cost). There, with a 20% warm start (8 seeds): RMS error over coordinates
+2.05 posterior sds at epsilon 1 and 1.22 at 2 (largest 3.2), against 300-6400 before; a
+Poisson log rate started at 2 for 40 (its metric right everywhere) 1.54 and 0.46, against
+1.91 and 0.47 (``tests/test_warmstart_scale.py``).
+
 Under add/remove-one, where ``n`` is private, the first step also releases a noisy count.
 Per-datapoint gradients are central finite differences of the compiled per-datapoint
 log-likelihood vector. Their accuracy does not matter for privacy: clipping bounds the
@@ -190,6 +201,20 @@ def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> n
     return grads
 
 
+def _transformed(model: pm.Model, value_vars: list, point: dict[str, Any]) -> np.ndarray:
+    """Which raveled coordinates belong to a transformed value variable (``log``,
+    ``logodds``, ...): model structure, no data."""
+    return np.concatenate(
+        [
+            np.full(
+                np.size(point[v.name]),
+                model.rvs_to_transforms.get(model.values_to_rvs[v]) is not None,
+            )
+            for v in value_vars
+        ]
+    )
+
+
 def split_point(x: np.ndarray, template: dict[str, Any]) -> dict[str, np.ndarray]:
     """A raveled point split per value variable, in ``template``'s order, shapes and dtypes
     (the layout of ``WarmStart.initvals``)."""
@@ -291,6 +316,7 @@ def private_warm_start(
         clip=clip,
         noise=noise,
         commit=commit,
+        transformed=_transformed(model, value_vars, point),
     )
     x = scoring.mode
     covariance = np.linalg.inv(scoring.precision)
