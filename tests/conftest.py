@@ -96,3 +96,14 @@ def leaked_strings(text: str, values: np.ndarray) -> list[str]:
         if abs(float(token)) in rounded[digits]:
             found.append(token)
     return sorted(found)
+
+
+class SpendRecorder:
+    """A ledger stand-in that records every ``mu^2`` it is asked to spend and allows it."""
+
+    def __init__(self) -> None:
+        self.spent: list[float] = []
+
+    def try_spend(self, mu2: float) -> bool:
+        self.spent.append(mu2)
+        return True

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import SpendRecorder
 
 import pymc_penalty as pp
 import pymc_penalty.warmstart_scoring as scoring
@@ -71,15 +72,6 @@ def test_control_without_travelling_the_far_start_stays_far(far, monkeypatch):
     assert np.all(np.abs(errors) > 1000.0), errors
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.spent: list[float] = []
-
-    def try_spend(self, mu2: float) -> bool:
-        self.spent.append(mu2)
-        return True
-
-
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
 def test_travelling_releases_nothing_more(far, neighbours, monkeypatch):
     """The same releases at the same costs as without travelling; their mu^2 sum to the warm
@@ -88,7 +80,7 @@ def test_travelling_releases_nothing_more(far, neighbours, monkeypatch):
     runs = {}
     for share in (scoring._FAR_SHARE, math.inf):
         monkeypatch.setattr(scoring, "_FAR_SHARE", share)
-        ledger = _Recorder()
+        ledger = SpendRecorder()
         with model:
             ws = private_warm_start(
                 mu=MU, ledger=ledger, neighbours=neighbours, noise_rng=np.random.default_rng(0)

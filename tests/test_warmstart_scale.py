@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import SpendRecorder
 from scipy import optimize
 
 import pymc_penalty as pp
@@ -92,21 +93,12 @@ def test_control_without_the_cap_the_far_scale_stays_far(far, monkeypatch):
     assert np.all(errors > 100.0), errors
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.spent: list[float] = []
-
-    def try_spend(self, mu2: float) -> bool:
-        self.spent.append(mu2)
-        return True
-
-
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
 def test_the_capped_steps_spend_exactly_the_schedule(far, neighbours):
     """More releases (a capped step's next metric in two parts, the next step in two), the
     same total: the ledger's sum equals the schedule's, counted here independently."""
     mu, steps = _mu(1.0), 8
-    ledger = _Recorder()
+    ledger = SpendRecorder()
     with far[0]:
         ws = private_warm_start(
             mu=mu, ledger=ledger, neighbours=neighbours, noise_rng=np.random.default_rng(0)
