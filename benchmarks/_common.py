@@ -70,6 +70,14 @@ class LogisticData:
         return int(self.X.shape[1])
 
 
+def rms_over_seeds(errors) -> tuple[float, float]:
+    """RMS of per-seed errors and its standard error (the mean square's, propagated)."""
+    sq = np.asarray(errors, dtype=float) ** 2
+    rms = float(np.sqrt(sq.mean()))
+    se = float(sq.std(ddof=1) / np.sqrt(sq.size)) if sq.size > 1 else 0.0
+    return rms, (se / (2.0 * rms) if rms > 0 else 0.0)
+
+
 def make_logistic_data(
     n: int, d: int = 10, seed: int = 20240521, x_bound: float | None = None
 ) -> LogisticData:

@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import utility_table as ut  # noqa: E402
+from _common import rms_over_seeds  # noqa: E402
 
 #: ``--quick``: a cell where the defaults converge well, two seeds, a short plan.
 QUICK = ("logistic", 2000.0, 6.0, [1, 2], '{"draws": 300}')
@@ -105,9 +106,8 @@ def run_seed(prob: ut.Problem, epsilon: float, seed: int, kwargs: dict) -> dict:
 
 def summary(rows: list[dict]) -> dict:
     """RMS error over seeds with one standard error, and the means of the other columns."""
-    sq = np.array([r["err"] ** 2 for r in rows])
-    mse, se = float(sq.mean()), float(sq.std(ddof=1) / math.sqrt(sq.size)) if sq.size > 1 else 0.0
-    out = {"seeds": len(rows), "rms_err": math.sqrt(mse), "rms_err_se": se / (2 * math.sqrt(mse))}
+    rms, se = rms_over_seeds([r["err"] for r in rows])
+    out = {"seeds": len(rows), "rms_err": rms, "rms_err_se": se}
     for key in ("ws_err", "first_err"):
         out["rms_" + key] = float(np.sqrt(np.mean([r[key] ** 2 for r in rows])))
     for key in ("sd_ratio", "within_sd", "rhat"):

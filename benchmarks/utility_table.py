@@ -75,7 +75,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gauss as gauss_bench  # noqa: E402
 import utility as utility_bench  # noqa: E402
-from _common import REPO_ROOT, command_line, logistic_model, make_logistic_data  # noqa: E402
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    command_line,
+    logistic_model,
+    make_logistic_data,
+    rms_over_seeds,
+)  # noqa: E402
 
 WORKLOADS = ("logistic", "gauss")
 SIZES = (10_000, 100_000, 1_000_000)
@@ -362,9 +368,7 @@ def over_seeds(runs: list[dict]) -> dict:
     error. One run is returned as it is."""
     if len(runs) == 1:
         return runs[0]
-    errs = np.array([r["mean_err_sd"] for r in runs])
-    rms = float(np.sqrt(np.mean(errs**2)))
-    se_ms = float(np.std(errs**2, ddof=1) / math.sqrt(len(errs)))
+    rms, se = rms_over_seeds([r["mean_err_sd"] for r in runs])
     out = {
         key: float(np.median([r[key] for r in runs]))
         for key, value in runs[0].items()
@@ -372,7 +376,7 @@ def over_seeds(runs: list[dict]) -> dict:
     }
     out.update(
         mean_err_sd=round(rms, 4),
-        mean_err_sd_se=round(se_ms / (2.0 * rms), 4) if rms > 0 else 0.0,
+        mean_err_sd_se=round(se, 4),
         sd_ratio=round(float(np.exp(np.mean(np.log([r["sd_ratio"] for r in runs])))), 4),
         per_seed=[r["mean_err_sd"] for r in runs],
     )
