@@ -51,7 +51,12 @@ from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.step_setup import check_step_kwargs
 from pymc_penalty.validation import check_sample_arguments
-from pymc_penalty.warmstart import WarmStart, WarmStartRefused, private_warm_start
+from pymc_penalty.warmstart import (
+    WARM_START_STEPS,
+    WarmStart,
+    WarmStartRefused,
+    private_warm_start,
+)
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
 
@@ -165,7 +170,7 @@ def sample(
     clip_count_share: float = 0.05,
     warm_start: float | str = "auto",
     warm_start_clip: float | None = None,
-    warm_start_steps: int = 8,
+    warm_start_steps: int = WARM_START_STEPS,
     ledger_path: str | os.PathLike[str] | None = None,
     keep_data: bool = False,
     step_kwargs: dict[str, Any] | None = None,
@@ -226,7 +231,7 @@ def sample(
         metric of the per-datapoint Fisher information it estimates (released, so public).
         By default ``"auto"``: the 99.9% quantile of that length at the mode, which needs no
         knowledge of the data's scale (:func:`pymc_penalty.warmstart.warm_start_clips`).
-    warm_start_steps : int, default 8
+    warm_start_steps : int, default 12
         Fisher-scoring steps of the warm start (two releases each).
     ledger_path : path, optional
         A persistent ledger: successive analyses of one dataset share its budget, and the

@@ -90,6 +90,7 @@ from pymc_penalty.validation import (
     check_real,
 )
 from pymc_penalty.warmstart_scoring import (
+    WARM_START_STEPS,
     Scoring,
     fisher_scoring,
     warm_start_clips,
@@ -97,6 +98,7 @@ from pymc_penalty.warmstart_scoring import (
 )
 
 __all__ = [
+    "WARM_START_STEPS",
     "Scoring",
     "WarmStart",
     "WarmStartRefused",
@@ -233,7 +235,7 @@ def private_warm_start(
     mu: float,
     ledger: Any,
     clip: float | str = "auto",
-    steps: int = 8,
+    steps: int = WARM_START_STEPS,
     neighbours: str = "substitute",
     noise_rng: np.random.Generator | None = None,
     compile_kwargs: dict[str, Any] | None = None,
@@ -257,7 +259,7 @@ def private_warm_start(
         scale, and moves it toward clipping 0.2% of the rows using a noisy clipped count
         released with each gradient from the second step (:func:`fisher_scoring`), so tails
         heavier than Gaussian (a logistic regression's scores) are not clipped into a bias.
-    steps : int, default 8
+    steps : int, default 12 (:data:`WARM_START_STEPS`)
         Fisher-scoring steps (two releases each, one more in the first step, two more under
         add/remove-one; with ``clip="auto"`` one more, the clipped count, in every step after
         the first).

@@ -22,12 +22,13 @@ from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.forecast import forecast_run
 from pymc_penalty.ledger import PrivacyLedger as _Ledger
+from pymc_penalty.warmstart import WARM_START_STEPS
 
 QUIET = {"progressbar": False, "compute_convergence_checks": False, "cores": 1}
-#: Warm-start releases with 8 steps: 3 + 1 in the first step (shape, scale, the noisy count of
-#: the rows, gradient), then curvature, gradient and clipped count in each of the other 7.
-ADD_REMOVE_WARM_RELEASES = 25
-SUBSTITUTE_WARM_RELEASES = 24  # no count of the rows: n is public
+#: Warm-start releases with the default steps: 3 + 1 in the first step (shape, scale, the noisy
+#: count of the rows, gradient), then curvature, gradient and clipped count in each of the others.
+ADD_REMOVE_WARM_RELEASES = 3 * WARM_START_STEPS + 1
+SUBSTITUTE_WARM_RELEASES = 3 * WARM_START_STEPS  # no count of the rows: n is public
 
 
 def conjugate(n: int, *, initval: float | None = None, seed: int = 11):

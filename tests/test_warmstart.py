@@ -12,7 +12,12 @@ from scipy import optimize, stats
 import pymc_penalty as pp
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
-from pymc_penalty.warmstart import WarmStartRefused, private_warm_start, warm_start_schedule
+from pymc_penalty.warmstart import (
+    WARM_START_STEPS,
+    WarmStartRefused,
+    private_warm_start,
+    warm_start_schedule,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
@@ -220,7 +225,8 @@ def test_report_composes_the_warm_start_with_every_chain_release(model):
         chain_mu2 += float(np.sum(np.asarray(group["dp_mu"].values)[released] ** 2))
     assert idata.attrs["dp_releases"] == 2 * (20 + 30)
     warm_mu2 = share * budget_mu2
-    assert idata.attrs["dp_warm_start_releases"] == 17
+    # Two releases a step (gradient, curvature), one more in the first (the pilot's scale).
+    assert idata.attrs["dp_warm_start_releases"] == 2 * WARM_START_STEPS + 1
     assert math.isclose(idata.attrs["dp_warm_start_mu"] ** 2, warm_mu2, rel_tol=1e-9)
     total = _gdp_epsilon_closed_form(math.sqrt(warm_mu2 + chain_mu2), delta)
     assert math.isclose(idata.attrs["dp_epsilon"], total, rel_tol=1e-6, abs_tol=1e-9)

@@ -20,7 +20,7 @@ from conftest import SpendRecorder
 import pymc_penalty as pp
 import pymc_penalty.warmstart_scoring as scoring
 from pymc_penalty import PrivacyLedger
-from pymc_penalty.warmstart import private_warm_start, warm_start_schedule
+from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_start_schedule
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 N = 20_000
@@ -90,7 +90,7 @@ def test_travelling_releases_nothing_more(far, neighbours, monkeypatch):
     assert max(ws.clip_history) >= 16 * ws.clip_history[0]  # it travelled
     assert max(ws_off.clip_history) < 2 * ws_off.clip_history[0]  # the control did not
     assert spent == spent_off
-    steps = 8
+    steps = WARM_START_STEPS
     # Per step: curvature and gradient; step 0 two curvature parts (three under add/remove:
     # the noisy count), each later step the clipped count.
     assert len(spent) == ws.releases == 2 * steps + 1 + (neighbours == "add_remove") + steps - 1

@@ -40,6 +40,7 @@ from pymc_penalty.publish import finalize_result as _finalize
 from pymc_penalty.sensitivity import ClipMode, Neighbours
 from pymc_penalty.step_setup import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
+from pymc_penalty.warmstart import WARM_START_STEPS
 
 __all__ = ["DistributedSamplingError", "from_pp_sample", "owner_noise", "sample"]
 
@@ -292,7 +293,12 @@ _STEP_KWARGS = (
     "compile_kwargs",
 )
 #: pp.sample's own arguments at their defaults (anything else is refused with owners).
-_DEFAULTS = {"warm_start": 0.0, "warm_start_clip": None, "warm_start_steps": 8, "keep_data": False}
+_DEFAULTS = {
+    "warm_start": 0.0,
+    "warm_start_clip": None,
+    "warm_start_steps": WARM_START_STEPS,
+    "keep_data": False,
+}
 
 
 def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
