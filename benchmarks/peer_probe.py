@@ -239,23 +239,30 @@ def run_one(model: str, n: int, epsilon: float, seed: int, delta: float, data, r
     labels, positive = _coords(names, idata.posterior)
     assert labels == ref.names, (labels, ref.names)
     pooled = x.reshape(-1, x.shape[2])
-    z = np.abs(pooled.mean(0) - ref.mean) / ref.sd
+    signed = (pooled.mean(0) - ref.mean) / ref.sd
+    z = np.abs(signed)
     first = x[:, 0].mean(0)
     warm = captured.get("warm")
-    ws_err = math.nan
+    ws_err, ws_worst = math.nan, None
     if warm is not None:
-        ws_err = float(np.sqrt(np.mean(((warm.point - ref.u_mean) / ref.u_sd) ** 2)))
+        ws_z = (warm.point - ref.u_mean) / ref.u_sd
+        ws_err = float(np.sqrt(np.mean(ws_z**2)))
+        k = int(np.abs(ws_z).argmax())
+        ws_worst = f"{labels[k]}:{ws_z[k]:+.2f}"
     accepted = idata.sample_stats.get("accepted")
     attrs = idata.attrs
     row.update(
         err_rms=float(np.sqrt(np.mean(z**2))),
         err_max=float(z.max()),
-        worst=labels[int(z.argmax())],
+        worst=f"{labels[int(z.argmax())]}:{signed[int(z.argmax())]:+.2f}",
         sd_ratio=float(np.exp(np.mean(np.log(pooled.std(0) / ref.sd)))),
         within_sd=float(np.exp(np.mean(np.log(x.std(axis=1).mean(0) / ref.sd)))),
         rhat=float(attrs.get("dp_r_hat_max", math.nan)),
         verdict=str(attrs.get("dp_convergence", "")),
         ws_err=ws_err,
+        ws_worst=ws_worst,
+        ws_clipped=getattr(warm, "clipped_fraction", None),
+        forecast_ess=float(attrs.get("dp_forecast_ess", math.nan)),
         first_err=float(np.sqrt(np.mean(((first - ref.mean) / ref.sd) ** 2))),
         accept=float(accepted.values.mean()) if accepted is not None else math.nan,
         clip=float(np.nanmedian(idata.sample_stats["dp_clip"].values))
