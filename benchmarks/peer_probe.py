@@ -26,8 +26,11 @@ Per run it prints, over the posterior's scalar coordinates (constrained space):
   chains' own sd (how far a chain travels);
 - ``rhat``: the report's largest R-hat, ``verdict`` its convergence verdict;
 - ``ws_err``: RMS error of the private warm start's point against the reference mean, in the
-  unconstrained space (``ref sd`` units there); ``first_err``: that of the chains' first draws;
-- ``warnings``: the package's warnings (category: first 80 characters), and the wall time.
+  unconstrained space (``ref sd`` units there), ``ws_worst`` its worst coordinate (signed),
+  ``ws_clipped`` its last released clipped fraction; ``first_err``: the chains' first draws';
+- ``worst``: the worst coordinate of the mean (signed); ``forecast_ess``: the forecast's ESS;
+- ``warnings``: the package's warnings (category: first 80 characters), and the wall time;
+- ``flagged``: off (``err_max`` > 1 or ``sd_ratio`` outside [0.67, 1.5]) with no warning.
 
 Run ``python benchmarks/peer_probe.py --models heights poisson_reg --seeds 1 2``; ``--kwargs``
 adds ``pymc_penalty.sample`` arguments as JSON (``'{"warm_start": 0}'``). The last line
