@@ -241,8 +241,29 @@ def check_defaults_seeds(res: dict) -> None:
     assert all(0.3 < r["sd_ratio"] < 3.0 for r in rows), rows
 
 
+def check_peer_probe(res: dict) -> None:
+    rows = res["rows"]
+    assert res["runs"] == len(rows) == 1 and res["errors"] == 0, rows
+    assert set(res["references"]) == {"heights:1000"}
+    assert res["references"]["heights:1000"]["kind"] == "nuts"
+    (row,) = rows
+    assert (row["model"], row["n"], row["epsilon"], row["seed"]) == ("heights", 1000, 6.0, 1)
+    assert res["rms_err"] == pytest.approx(row["err_rms"], abs=1e-9)
+    assert 0.0 <= row["err_rms"] <= row["err_max"] * (1 + 1e-12)
+    # The chains start at the private warm start: from the model's initial point (mu = 150,
+    # the prior mean, against data around 170) they would be about 60 ref sd off at n = 1000.
+    assert row["err_max"] < 10.0 and row["ws_err"] < 10.0, row
+    assert 0.3 < row["sd_ratio"] < 3.0 and row["rhat"] >= 1.0, row
+    assert all(isinstance(w, str) and ": " in w for w in row["warnings"])
+    # A run is flagged exactly when it is off by the brief's rule and gave no warning.
+    off = row["err_max"] > 1.0 or not 0.67 <= row["sd_ratio"] <= 1.5
+    assert row["flagged"] == (off and not row["warnings"])
+    assert res["flagged"] == int(row["flagged"])
+
+
 CHECKS = {
     "defaults_seeds": check_defaults_seeds,
+    "peer_probe": check_peer_probe,
     "accounting": check_accounting,
     "gauss": check_gauss,
     "contamination": check_contamination,
