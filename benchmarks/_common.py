@@ -6,12 +6,13 @@ Nothing here touches private data: the data sets are synthetic and drawn from fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shlex
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -514,3 +515,23 @@ def best_seconds_per_step(step: Any, point: dict, steps: int, chunks: int) -> fl
             point, _ = step.step(point)
         best = min(best, (time.perf_counter() - t0) / steps)
     return float(best)
+
+
+@contextlib.contextmanager
+def capture_warm_start() -> Iterator[dict[str, Any]]:
+    """Within the block, every private warm start ``pymc_penalty.sample`` makes is also stored
+    under ``"warm"`` of the dict yielded (its released point and covariance: post-processing)."""
+    import pymc_penalty.api as api
+
+    captured: dict[str, Any] = {}
+    original = api.private_warm_start
+
+    def capturing(*args, **kw):
+        captured["warm"] = original(*args, **kw)
+        return captured["warm"]
+
+    api.private_warm_start = capturing
+    try:
+        yield captured
+    finally:
+        api.private_warm_start = original

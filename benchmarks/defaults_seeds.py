@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import utility_table as ut  # noqa: E402
-from _common import rms_over_seeds  # noqa: E402
+from _common import capture_warm_start, rms_over_seeds  # noqa: E402
 
 #: ``--quick``: a cell where the defaults converge well, two seeds, a short plan.
 QUICK = ("logistic", 2000.0, 6.0, [1, 2], '{"draws": 300}')
@@ -60,17 +60,8 @@ def _problem(workload: str, n: int) -> ut.Problem:
 def run_seed(prob: ut.Problem, epsilon: float, seed: int, kwargs: dict) -> dict:
     """One ``pymc_penalty.sample`` run and its error split."""
     import pymc_penalty as pp
-    import pymc_penalty.api as api
 
-    captured = {}
-    original = api.private_warm_start
-
-    def capturing(*args, **kw):
-        captured["warm"] = original(*args, **kw)
-        return captured["warm"]
-
-    api.private_warm_start = capturing
-    try:
+    with capture_warm_start() as captured:
         t0 = time.perf_counter()
         idata = pp.sample(
             epsilon=epsilon,
@@ -82,8 +73,6 @@ def run_seed(prob: ut.Problem, epsilon: float, seed: int, kwargs: dict) -> dict:
             **kwargs,
         )
         wall = time.perf_counter() - t0
-    finally:
-        api.private_warm_start = original
     name = next(iter(idata.posterior.data_vars))
     x = idata.posterior[name].values.reshape(idata.posterior.sizes["chain"], -1, prob.d)
     sd = prob.post_sd

@@ -54,7 +54,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import command_line, rms_over_seeds  # noqa: E402
+from _common import capture_warm_start, command_line, rms_over_seeds  # noqa: E402
 
 DATA_SEED = 20261126
 MODELS = ("linreg_sigma", "heights", "poisson_reg", "random_intercept", "student_t")
@@ -197,17 +197,8 @@ def _package_warning(w: warnings.WarningMessage) -> bool:
 def run_one(model: str, n: int, epsilon: float, seed: int, delta: float, data, ref, kwargs):
     """One ``pymc_penalty.sample`` run with the defaults and its figures."""
     import pymc_penalty as pp
-    import pymc_penalty.api as api
 
-    captured: dict[str, Any] = {}
-    original = api.private_warm_start
-
-    def capturing(*args, **kw):
-        captured["warm"] = original(*args, **kw)
-        return captured["warm"]
-
-    api.private_warm_start = capturing
-    try:
+    with capture_warm_start() as captured:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
@@ -225,8 +216,6 @@ def run_one(model: str, n: int, epsilon: float, seed: int, delta: float, data, r
             except Exception as exc:  # noqa: BLE001 - an error is a finding: report it
                 error = f"{type(exc).__name__}: {str(exc)[:160]}"
             wall = time.perf_counter() - t0
-    finally:
-        api.private_warm_start = original
     found = []
     for w in caught:
         if _package_warning(w):
