@@ -254,18 +254,21 @@ def _pooled_curvature(pool: list[_Release], chol: np.ndarray) -> tuple[np.ndarra
     return 0.5 * (white + white.T), 1.0 / math.sqrt(weight)
 
 
-def _pool_curvature(pool: list[_Release], release: _Release, chol: np.ndarray) -> list[_Release]:
+def _pool_curvature(
+    pool: list[_Release], release: _Release, chol: np.ndarray
+) -> tuple[list[_Release], np.ndarray, float]:
     """``release`` added to ``pool``, or a new pool when the two differ, in ``chol``'s
     whitening, by more than ``_POOL_GAP`` times the spectral norm their noise alone would give
     (``sqrt(d)`` noise sds, about): the information changed (a curvature that varies, far from
-    the mode)."""
+    the mode). Returns the pool and its :func:`_pooled_curvature` in ``chol``."""
     if pool:
         white, sd = _pooled_curvature(pool, chol)
         new, new_sd = _pooled_curvature([release], chol)
         gap = float(np.linalg.norm(new - white, 2))
         if gap <= _POOL_GAP * math.sqrt(chol.shape[0] * (sd**2 + new_sd**2)):
-            return [*pool, release]
-    return [release]
+            pool = [*pool, release]
+            return (pool, *_pooled_curvature(pool, chol))
+    return ([release], *_pooled_curvature([release], chol))
 
 
 def _prior_precision(prior_hess: np.ndarray) -> np.ndarray:
@@ -476,8 +479,8 @@ def fisher_scoring(
             # Per pair: an estimate of the per-datapoint Fisher information, pooled with the
             # releases before it since the last pilot, then floored in this metric.
             release = _Release(chol @ white @ chol.T / (2.0 * pairs), sd / (2.0 * pairs), chol)
-            pool = _pool_curvature(pool, release, chol)
-            fisher = chol @ _floor_eigenvalues(*_pooled_curvature(pool, chol)) @ chol.T
+            pool, pooled, pooled_sd = _pool_curvature(pool, release, chol)
+            fisher = chol @ _floor_eigenvalues(pooled, pooled_sd) @ chol.T
         fisher = 0.5 * (fisher + fisher.T)
         new_chol = np.linalg.cholesky(fisher)
         used = max(travel, c_grad)
