@@ -436,6 +436,11 @@ def fisher_scoring(
         total ``mu^2``: one curvature release becomes two parts and one step two, so the
         privacy cost is unchanged. Iterates from capped steps are not averaged. None (or no
         step longer than the bound) runs exactly as before.
+        With such a coordinate, two steps in a row whose released slope along them kept over
+        half its size (beyond noise; not after a pilot, not while travelling) stretch the next
+        Fisher step by the secant's factor (:func:`_stretch`: a scale started far too small,
+        where the rows' spread overestimates the curvature), until the slopes are noise or a
+        step overshoots; iterates from stretched steps are not averaged.
     noise : numpy.random.Generator
     commit : callable
         ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).

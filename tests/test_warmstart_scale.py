@@ -175,3 +175,15 @@ def test_control_without_the_stretch_the_small_scale_stays_far(small, monkeypatc
     monkeypatch.setattr(scoring, "_STRETCH_GROWTH", 1.0)
     errors = _rms_errors(*small, 2.0, "substitute", range(2))
     assert np.all(errors > 100.0), errors
+
+
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_a_near_scale_is_unchanged_by_the_stretch(neighbours, monkeypatch):
+    """Near the mode the slopes are noise and the stretch never fires: bit-identical to no
+    stretch; the control (every step stretched twice over) changes the output."""
+    model = _heights({"mu": 168.0, "sigma": 11.0})[0]
+    default = _near_outputs(model, neighbours)
+    monkeypatch.setattr(scoring, "_STRETCH_GROWTH", 1.0)
+    assert _near_outputs(model, neighbours) == default
+    monkeypatch.setattr(scoring, "_stretch", lambda *args: 2.0)  # every step stretched
+    assert _near_outputs(model, neighbours) != default
