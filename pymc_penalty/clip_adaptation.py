@@ -47,6 +47,25 @@ CLIP_TARGET_FRACTION = 0.002
 # 0.2%, 1% and 3% clipped; within Monte Carlo error at 0.02%), so the target shrinks as
 # 1 / sqrt(n): 0.06 / sqrt(n), about 0.02% of the rows at n = 1e5.
 _CLIP_BIAS_CONSTANT = 0.06
+# The warm start's gradient clip (``clip_target_fraction(n, mu=...)``) aims at 0.2%
+# (CLIP_TARGET_FRACTION) at ``mu n`` of _TARGET_MU_N. Clipping biases the mode by about ``0.5 f
+# sqrt(n)`` posterior sds at clipped fraction ``f`` (logistic regression, n = 1e5, d = 5, exact
+# Fisher metric at the mode: 4.1% clipped by the chi^2 clip gave 6.3 sd, 1% 1.4, 0.3% 0.45, 0.1%
+# 0.15): 0.2% is about 0.3 sd there, the size of the release noise. That 0.2% is for a warm start
+# with ``mu n`` about _TARGET_MU_N (the logistic regression above: n = 1e5, epsilon 1, mu 0.12);
+# above it, it is scaled by ``1 / (mu n)``, down to ``_TARGET_RANGE[0]``, never up. The clipping
+# bias grows as ``sqrt(n)`` times the clipped tail and the noise as the clip over ``mu sqrt(n)``,
+# so a larger ``mu n`` wants a smaller clipped fraction; a skewed score (a Normal's log scale,
+# ``(y - m)^2 / s^2 - 1``) is clipped on one side only and biased at once. Measured (the warm
+# start alone, 8-12 seeds): heights (``peer_probe``) n = 1e5, epsilon 6 (mu n = 5.9e4), the
+# log-scale's mean error -0.80 sd at 0.2%, -0.18 at 0.05%, -0.02 at 0.01%; logistic n = 1e4,
+# epsilon 1 (mu n = 1.4e3), RMS error 1.98 at 0.2%, 1.63 at 0.5%, 1.50 at 1%; logistic n = 1e5,
+# epsilon 1: 0.62 at 0.2%, 0.69 at 0.05%, 0.75 at 0.01%. Scaling up below ``mu n = 1.2e4`` helped
+# the logistic regression but not the gauss workload (Gaussian scores), where the clip then stayed
+# low: ``pp.sample`` at n = 1e4, epsilon 6 (8 paired noise seeds) gave warm start 0.33 sd RMS and
+# result 0.52 against 0.20 and 0.32; so the target only goes down.
+_TARGET_MU_N = 1.2e4
+_TARGET_RANGE = (1e-4, CLIP_TARGET_FRACTION)
 # Per-window factor by which a clip is shrunk when almost nothing was clipped.
 _CLIP_SHRINK = 0.5
 #: A window's estimate moves the clip only when it differs from the target by this many of its
@@ -61,14 +80,27 @@ _CLIP_PROBE_SES = 4.0
 _CLIP_PROBE_AGREEMENT = 2
 
 
-def clip_target_fraction(n_rows: float | None) -> float:
-    """Clipped fraction a found clip aims at: ``min(0.002, 0.06 / sqrt(n))``.
+def clip_target_fraction(n_rows: float | None, mu: float | None = None) -> float:
+    """Clipped fraction a found clip aims at: the one rule for the sampler's and the warm
+    start's clips.
 
-    The bias clipping adds to a posterior mean, in posterior sds, grows like the clipped
-    fraction times ``sqrt(n)``, so the target shrinks with n. Without a public n (add/remove-one)
-    it is :data:`CLIP_TARGET_FRACTION`, which :class:`ClipAdapter` then reads as one clipped
-    row per release.
+    Clipping biases a posterior mean by about the clipped fraction times ``sqrt(n)``
+    posterior sds (times a model constant), so the target shrinks with n.
+
+    - The sampler's clip of the rows' log-likelihood ratios (``mu`` None):
+      ``min(0.002, 0.06 / sqrt(n))``. Without a public n (add/remove-one) it is
+      :data:`CLIP_TARGET_FRACTION`, which :class:`ClipAdapter` then reads as one clipped row
+      per release.
+    - The private warm start's clip of the rows' gradients, given its total Gaussian-DP ``mu``
+      and ``n`` (public, or its released count): ``0.002 * 1.2e4 / (mu n)`` within
+      ``[0.0001, 0.002]``. Its error from the noise is the clip over ``mu sqrt(n)``, so the
+      bias is weighed against that; the sampler's ``sqrt(n)`` rule there cost the logistic
+      regression at n = 1e5, epsilon 1 (0.019%: 0.69-0.75 sd against 0.62 at 0.2%; the
+      measurements are beside ``_TARGET_MU_N`` in this module).
     """
+    if mu is not None:
+        low, high = _TARGET_RANGE
+        return min(max(CLIP_TARGET_FRACTION * _TARGET_MU_N / (mu * n_rows), low), high)
     if n_rows is None:
         return CLIP_TARGET_FRACTION
     return min(CLIP_TARGET_FRACTION, _CLIP_BIAS_CONSTANT / math.sqrt(n_rows))

@@ -17,7 +17,7 @@ import numpy as np
 from scipy import special, stats
 
 from pymc_penalty.accounting.gdp import split_step_mu
-from pymc_penalty.clip_adaptation import CLIP_EVIDENCE_SES, CLIP_TARGET_FRACTION, tail_factor
+from pymc_penalty.clip_adaptation import CLIP_EVIDENCE_SES, clip_target_fraction, tail_factor
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.warmstart_releases import (
     LOG_CLIP,
@@ -35,7 +35,6 @@ __all__ = [
     "WARM_START_STEPS",
     "Scoring",
     "fisher_scoring",
-    "warm_start_clip_target",
     "warm_start_clips",
     "warm_start_schedule",
 ]
@@ -59,28 +58,6 @@ _CURVATURE_SHARE = 0.3
 #: ``clip="auto"``: the tail probability of a gradient's length in the metric at the mode that
 #: gives the starting clip (exact for Gaussian scores; the released counts then move it).
 _AUTO_CLIP_TAIL = 1e-3
-#: ``clip="auto"``: the clipped fraction the found clip aims at, the sampler's
-#: (:data:`pymc_penalty.adaptation.CLIP_TARGET_FRACTION`, 0.2%). Clipping biases the mode by
-#: about ``0.5 f sqrt(n)`` posterior sds at clipped fraction ``f`` (logistic regression,
-#: n = 1e5, d = 5, exact Fisher metric at the mode: 4.1% clipped by the chi^2 clip gave 6.3 sd,
-#: 1% 1.4, 0.3% 0.45, 0.1% 0.15): 0.2% is about 0.3 sd there, the size of the release noise.
-_CLIP_TARGET = CLIP_TARGET_FRACTION
-#: ``clip="auto"``: the target above is for a warm start with ``mu n`` about this (the logistic
-#: regression above: n = 1e5, epsilon 1, mu 0.12); above it, it is scaled by ``1 / (mu n)``
-#: (:func:`warm_start_clip_target`), down to ``_TARGET_RANGE[0]``, never up. The clipping bias
-#: grows as ``sqrt(n)`` times the clipped tail and the noise as the clip over ``mu sqrt(n)``, so
-#: a larger ``mu n`` wants a smaller clipped fraction; a skewed score (a Normal's log scale,
-#: ``(y - m)^2 / s^2 - 1``) is clipped on one side only and biased at once. Measured (the warm
-#: start alone, 8-12 seeds): heights (``peer_probe``) n = 1e5, epsilon 6 (mu n = 5.9e4), the
-#: log-scale's mean error -0.80 sd at 0.2%, -0.18 at 0.05%, -0.02 at 0.01%; logistic n = 1e4,
-#: epsilon 1 (mu n = 1.4e3), RMS error 1.98 at 0.2%, 1.63 at 0.5%, 1.50 at 1%; logistic
-#: n = 1e5, epsilon 1: 0.62 at 0.2%, 0.69 at 0.05%, 0.75 at 0.01%. Scaling up below
-#: ``mu n = 1.2e4`` helped the logistic regression but not the gauss workload (Gaussian scores),
-#: where the clip then stayed low: ``pp.sample`` at n = 1e4, epsilon 6 (8 paired noise seeds)
-#: gave warm start 0.33 sd RMS and result 0.52 against 0.20 and 0.32; so the target only goes
-#: down.
-_TARGET_MU_N = 1.2e4
-_TARGET_RANGE = (1e-4, _CLIP_TARGET)
 #: ``clip="auto"``: share of each gradient release's ``mu^2`` (from the second step on) spent
 #: on its clipped count, the sampler's default ``clip_count_share``. At epsilon = 1, a 20% warm
 #: start, n = 1e5 (the utility benchmark) the count's noise sd is 295 rows in the second step
@@ -324,14 +301,6 @@ def _overshot(
     return slope < -(abs(last_slope) + 3.0 * float(np.linalg.norm(noise_dir)))
 
 
-def warm_start_clip_target(mu: float, n: float) -> float:
-    """The clipped fraction the warm start's found clip aims at, for a warm start of Gaussian-DP
-    ``mu`` in all on ``n`` rows (public, or the released count): ``0.2% * 1.2e4 / (mu n)``
-    within ``[0.01%, 0.2%]`` (see ``_TARGET_MU_N``)."""
-    low, high = _TARGET_RANGE
-    return min(max(_CLIP_TARGET * _TARGET_MU_N / (mu * n), low), high)
-
-
 def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
     """Clips ``(C_gradient, C_difference)`` in the metric of the estimated per-datapoint
     Fisher information.
@@ -547,7 +516,7 @@ def fisher_scoring(
         if mu_count > 0:  # the next step's clip, from released values only (never the true n)
             fraction, se = count / n_hat, count_sd / n_hat
             near = float(np.linalg.norm(centre)) <= _NEAR_MODE
-            target = warm_start_clip_target(total_mu, n_hat)
+            target = clip_target_fraction(n_hat, mu=total_mu)
             if near and abs(fraction - target) > CLIP_EVIDENCE_SES * se:
                 # Down by at most the factor for half the target, never below the start.
                 factor = tail_factor(target, max(fraction, 0.5 * target))

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import pymc_penalty.warmstart_scoring as scoring_module
+import pymc_penalty.clip_adaptation as clip_adaptation
+from pymc_penalty.clip_adaptation import clip_target_fraction
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.warmstart import fisher_scoring, warm_start_clips, warm_start_schedule
 from pymc_penalty.warmstart_releases import (
@@ -24,7 +25,6 @@ from pymc_penalty.warmstart_releases import (
     pair_differences,
     pair_outer_sum,
 )
-from pymc_penalty.warmstart_scoring import warm_start_clip_target
 
 SUB, ADD = Neighbours.SUBSTITUTE, Neighbours.ADD_REMOVE
 D = 4
@@ -284,7 +284,7 @@ def test_found_clip_clips_near_the_target_where_the_chi2_clip_overshoots():
             white = np.linalg.solve(np.linalg.cholesky(metric), (rows - scoring.mode).T).T
             got.append(float(np.mean(np.linalg.norm(white, axis=1) > scoring.clip)))
         fractions[clip] = got
-    target = warm_start_clip_target(1.0, n)  # 0.048%: 0.2% scaled by 1.2e4 / (mu n)
+    target = clip_target_fraction(n, mu=1.0)  # 0.048%: 0.2% scaled by 1.2e4 / (mu n)
     assert all(f > 5 * target for f in fractions[chi2_clip]), fractions
     assert all(target / 2.5 < f < 2.5 * target for f in fractions["auto"]), fractions
 
@@ -340,7 +340,7 @@ def test_the_clip_target_scaled_by_mu_n_unbiases_a_log_scale(monkeypatch, scaled
     is -0.14 posterior sd with the target scaled to ``mu n`` (0.024%) and -0.81 with the fixed
     0.2% (the control, which must fail); the mean's is within 0.15 either way."""
     if not scaled:
-        monkeypatch.setattr(scoring_module, "_TARGET_RANGE", (0.002, 0.002))
+        monkeypatch.setattr(clip_adaptation, "_TARGET_RANGE", (0.002, 0.002))
     n = 100_000
     y = np.random.default_rng(3).normal(170.0, 10.0, size=n)
     mode = np.array([y.mean(), math.log(y.std())])
