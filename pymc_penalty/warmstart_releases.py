@@ -24,7 +24,8 @@ stated here (``C`` the clip, ``T`` an outer-product term, Frobenius norm ``||T||
   sampler's step (:func:`pymc_penalty.accounting.gdp.split_step_mu` splits a step's ``mu``
   between it and the gradient sum);
 - the sum of ``log(||w_k||^2 / d)`` clipped to ``[-LOG_CLIP, LOG_CLIP]`` over the same
-  differences whitened by a public shape (the scale of the first metric, scale-free):
+  differences whitened by a public shape (the scale of the first metric, scale-free), a tie
+  (an exact zero difference) counting ``TIE_LOG`` (0), within the same range:
   ``2 LOG_CLIP`` (substitute-one), ``3 LOG_CLIP`` (add/remove-one).
 
 With ``clip=None`` the outer-product terms are normalised (``C = 1``, each difference scaled
@@ -42,6 +43,7 @@ from pymc_penalty.sensitivity import Neighbours
 
 __all__ = [
     "LOG_CLIP",
+    "TIE_LOG",
     "clipped_count",
     "clipped_whitened",
     "gradient_sensitivity",
@@ -55,6 +57,14 @@ __all__ = [
 #: Bound on each released ``log(||w||^2 / d)``: covers a factor ``e^25`` (about 7e10) between
 #: the shape's scale and the data's; beyond it the scale is biased, never the privacy.
 LOG_CLIP = 25.0
+#: The term of a tie (an exact zero difference, common with discrete data): 0, the current
+#: metric's unit, since it carries no information about the scale. At ``-LOG_CLIP`` (as
+#: before) the ties of a Bernoulli response (58% of the pairs at p = 0.3) made the first metric
+#: about ``e^14`` times too small: every row was then clipped, the clipped gradients' sum became
+#: a sign test, and the warm start of a Beta-Bernoulli (n = 1e4, epsilon 1, a 20% share)
+#: ended 4.7-36 posterior sds off (8 seeds); with 0, within 0.71 (8 seeds), and ``pp.sample``
+#: 0.11-1.02 sd (4 seeds) against 52-57. Data without exact ties are unchanged bit for bit.
+TIE_LOG = 0.0
 
 
 def pair_differences(grads: np.ndarray, neighbours: Neighbours) -> np.ndarray:
@@ -149,8 +159,8 @@ def pair_outer_sum(diffs: np.ndarray, chol: np.ndarray | None, clip: float | Non
 
 
 def log_scale_sum(diffs: np.ndarray, chol: np.ndarray) -> float:
-    """``sum_k clip(log(||L^-1 diff_k||^2 / d), -LOG_CLIP, LOG_CLIP)`` (a zero difference
-    gives ``-LOG_CLIP``).
+    """``sum_k clip(log(||L^-1 diff_k||^2 / d), -LOG_CLIP, LOG_CLIP)`` (a zero difference, a
+    tie, gives :data:`TIE_LOG`).
 
     Parameters
     ----------
@@ -164,7 +174,7 @@ def log_scale_sum(diffs: np.ndarray, chol: np.ndarray) -> float:
     white = solve_triangular(chol, diffs.T, lower=True).T
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         sq = np.einsum("ij,ij->i", white, white) / diffs.shape[1]
-        logs = np.log(sq)
+        logs = np.where(sq > 0.0, np.log(sq), TIE_LOG)
     logs = np.where(np.isnan(logs), LOG_CLIP, logs)  # an overflowed difference: the top
     return float(np.clip(logs, -LOG_CLIP, LOG_CLIP).sum())
 

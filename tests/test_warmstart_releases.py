@@ -54,7 +54,11 @@ def _neighbours(data: np.ndarray, relation: Neighbours, rng: np.random.Generator
     out = []
     for i in (0, 1, n // 2):
         if relation is SUB:
-            for row in _adversaries(rng, np.eye(data.shape[1])) + [data[i ^ 1]]:
+            # Its partner's twin and near twin: a tie (0) and a near tie (-LOG_CLIP).
+            for row in _adversaries(rng, np.eye(data.shape[1])) + [
+                data[i ^ 1],
+                data[i ^ 1] * (1 + 1e-12),
+            ]:
                 other = data.copy()
                 other[i] = row
                 out.append(other)
@@ -96,10 +100,10 @@ def test_claimed_sensitivities_bound_the_worst_case_neighbour(relation):
     clip = 2.5
     # Rows at every scale, so that some are clipped in the metric and some are not.
     data = rng.normal(size=(41, D)) * np.geomspace(1e-3, 1e3, D)
-    data[7] = data[6]  # a zero difference: log-scale term at -LOG_CLIP
+    data[7] = data[6] * (1 + 1e-12)  # a near tie: log-scale term at -LOG_CLIP
     # Equal neighbours around the middle: inserting a huge row between them (add/remove-one)
     # adds two aligned saturated chain terms where a zero one was.
-    data[19] = data[20]
+    data[19] = data[20] * (1 + 1e-12)  # near equal: an exact tie's term is 0, not -LOG_CLIP
     base = _stats(data, relation, chol, clip)
     claims = _claims(relation, clip)
     worst = dict.fromkeys(claims, 0.0)
@@ -132,17 +136,18 @@ def test_a_raw_unit_claim_fails_under_an_anisotropic_metric():
 
 def test_the_substitute_claim_fails_for_the_add_remove_chain():
     """Removing the middle of three rows changes two chain terms and adds one: with the two
-    removed terms aligned and the added one zero, the change is 2 C^2 > sqrt(2) C^2 (the
-    substitute claim), and the log-scale change is 3 LOG_CLIP > 2 LOG_CLIP."""
+    removed terms aligned and the added one (nearly) zero, the change is 2 C^2 > sqrt(2) C^2
+    (the substitute claim), and the log-scale change is 3 LOG_CLIP > 2 LOG_CLIP (a near tie
+    gives -LOG_CLIP; an exact tie gives 0, no scale information)."""
     clip = 1.0
-    data = np.array([[0.0, 0.0], [1e8, 0.0], [0.0, 0.0]])
+    data = np.array([[0.0, 0.0], [1e8, 0.0], [1e-15, 0.0]])
     removed = np.delete(data, 1, axis=0)
     eye = np.eye(2)
     change = np.linalg.norm(
         pair_outer_sum(pair_differences(data, ADD), eye, clip)
         - pair_outer_sum(pair_differences(removed, ADD), eye, clip)
     )
-    assert change == pytest.approx(2.0 * clip**2)
+    assert change == pytest.approx(2.0 * clip**2, rel=1e-6)
     assert change > outer_sensitivity(clip, SUB)
     assert change <= outer_sensitivity(clip, ADD)
     log_change = abs(
