@@ -299,8 +299,9 @@ def _stretch(
     ``last`` times its Fisher step): a step whose slope fell from ``s0`` to ``s1`` used a
     metric ``last / (1 - s1 / s0)`` times the curvature along it (1 for a Newton step on a
     quadratic). Used only when both slopes exceed :data:`_SHORT_SES` of the slope's noise sd
-    and the step kept more than :data:`_SHORT_KEPT` of its slope, at most
-    :data:`_STRETCH_GROWTH` times ``last``; otherwise 1 (near the mode the slopes are noise)."""
+    and, unless already stretching (``last > 1``), the step kept more than :data:`_SHORT_KEPT`
+    of its slope; at most :data:`_STRETCH_GROWTH` times ``last`` and :data:`_STRETCH_MAX` in
+    all, never below 1; otherwise 1 (near the mode the slopes are noise)."""
     slope = float(ascent @ step)
     noise = _SHORT_SES * float(np.linalg.norm(noise_dir))
     if not (
