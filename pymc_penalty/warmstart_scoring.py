@@ -284,31 +284,34 @@ def _prior_precision(prior_hess: np.ndarray) -> np.ndarray:
     return (vecs * np.maximum(vals, 0.0)) @ vecs.T
 
 
-def _short(ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray) -> bool:
-    """Whether the last step fell short: both slopes along it above :data:`_SHORT_SES` of
-    their noise sd, the end's over :data:`_SHORT_KEPT` of the start's."""
+def _slopes(
+    ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray
+) -> tuple[float, float] | None:
+    """The released slope along the last step at its end and at its start, when both exceed
+    :data:`_SHORT_SES` of the slope's noise sd (``noise_dir``); None otherwise (near the mode
+    the slopes are noise)."""
     slope = float(ascent @ step)
     noise = _SHORT_SES * float(np.linalg.norm(noise_dir))
-    return slope > noise and last_slope > noise and slope > _SHORT_KEPT * last_slope
+    return (slope, last_slope) if slope > noise and last_slope > noise else None
 
 
-def _stretch(
-    ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray, last: float
-) -> float:
+def _short(slopes: tuple[float, float] | None) -> bool:
+    """Whether the last step fell short: its significant slope (:func:`_slopes`) kept over
+    :data:`_SHORT_KEPT` of its size."""
+    return slopes is not None and slopes[0] > _SHORT_KEPT * slopes[1]
+
+
+def _stretch(slopes: tuple[float, float] | None, last: float) -> float:
     """The factor on the next Fisher step from the secant along the last one (which was
     ``last`` times its Fisher step): a step whose slope fell from ``s0`` to ``s1`` used a
     metric ``last / (1 - s1 / s0)`` times the curvature along it (1 for a Newton step on a
-    quadratic). Used only when both slopes exceed :data:`_SHORT_SES` of the slope's noise sd
-    and, unless already stretching (``last > 1``), the step kept more than :data:`_SHORT_KEPT`
-    of its slope; at most :data:`_STRETCH_GROWTH` times ``last`` and :data:`_STRETCH_MAX` in
-    all, never below 1; otherwise 1 (near the mode the slopes are noise)."""
-    slope = float(ascent @ step)
-    noise = _SHORT_SES * float(np.linalg.norm(noise_dir))
-    if not (
-        slope > noise and last_slope > noise and (last > 1.0 or slope > _SHORT_KEPT * last_slope)
-    ):
+    quadratic). Used only when both slopes are significant (:func:`_slopes`) and, unless
+    already stretching (``last > 1``), the step fell short (:func:`_short`); at most
+    :data:`_STRETCH_GROWTH` times ``last`` and :data:`_STRETCH_MAX` in all, never below 1;
+    otherwise 1."""
+    if slopes is None or not (last > 1.0 or _short(slopes)):
         return 1.0
-    kept = min(slope / last_slope, 1.0 - 1.0 / _STRETCH_GROWTH)
+    kept = min(slopes[0] / slopes[1], 1.0 - 1.0 / _STRETCH_GROWTH)
     return min(max(last / (1.0 - kept), 1.0), _STRETCH_MAX)
 
 
@@ -562,9 +565,12 @@ def fisher_scoring(
             # spread, and so the metric, is (mode / scale)^4 times too large). Not while the
             # clip travels (streak), which lengthens far steps by itself.
             # Not after a pilot's step: its metric is inflated on purpose (_PILOT_SAFETY).
-            short = step is not None and _short(ascent, step, last_slope, sd * new_chol.T @ step)
+            slopes = (
+                None if step is None else _slopes(ascent, step, last_slope, sd * new_chol.T @ step)
+            )
+            short = _short(slopes)
             if has_scale and not from_pilot and streak == 0:
-                factor = _stretch(ascent, step, last_slope, sd * new_chol.T @ step, stretch)
+                factor = _stretch(slopes, stretch)
                 # The first short step only arms it: a lone one is the metric catching up.
                 armed, stretch = factor > 1.0, factor if armed or stretch > 1.0 else 1.0
             else:
