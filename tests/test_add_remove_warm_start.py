@@ -104,8 +104,8 @@ def test_default_add_remove_chains_land_on_the_conjugate_model():
     """Measured (this model, n = 2e4, epsilon = 2, delta = 5e-6, draws 500, 2 chains): |error|
     0.02-0.24 sd, R-hat 1.03-1.13 (seeds 1-8); 0.06-0.41 sd in 22 runs of this call (the
     privacy noise is fresh in each); tolerance 1 sd. With ``tune="auto"`` at 100 steps
-    instead of 200 (2026-11-27): 0.004-0.37 sd in 12 runs of this call. Before the warm start's count started the
-    found clip (at 1 instead), 0.27-1.2 sd and R-hat 1.6-2.7."""
+    instead of 200 (2026-11-27): 0.004-0.37 sd in 12 runs of this call. Before the warm
+    start's count started the found clip (at 1 instead), 0.27-1.2 sd and R-hat 1.6-2.7."""
     n = 20_000
     model, mean, sd = conjugate(n)
     idata = sample(
