@@ -81,12 +81,13 @@ _COLD_TUNE = 1000
 #: Measured (``benchmarks/defaults_seeds.py``, draws 1000, 4 chains, RMS error of the posterior
 #: mean in posterior sd over seeds, +- one standard error; a third of the draws, 333 steps,
 #: against 100): gauss n = 1e5, epsilon 2: 0.43 (0.486 +- 0.080 over 9 seeds, 0.395 +- 0.046
-#: over 8 earlier) against 0.296 +- 0.031 over 17; logistic n = 1e5, epsilon 1: 0.342 +- 0.013
+#: over 8 earlier) against 0.295 +- 0.028 over 20; logistic n = 1e5, epsilon 1: 0.342 +- 0.013
 #: against 0.328 +- 0.021 (24 seeds each; 50 steps: 0.371 +- 0.029 over 14); gauss n = 1e4,
-#: epsilon 6: 0.322 +- 0.047 (8) against 0.307 +- 0.044 (6). Started at the warm start's
+#: epsilon 6: 0.322 +- 0.047 against 0.323 +- 0.032; logistic n = 1e4, epsilon 1: 0.78 +- 0.10
+#: against 0.73 +- 0.15 (8 seeds each). Started at the warm start's
 #: estimate (centred, :func:`chain_starts`), a noise-limited chain drifts from it as it tunes:
 #: the chains' first draws after 333 tuning steps were 0.60 sd from the posterior mean where
-#: the warm start was 0.22 (gauss, epsilon 2), after 100 steps 0.38.
+#: the warm start was 0.22 (gauss, epsilon 2), after 100 steps 0.40 (0.20).
 _WARM_TUNE_SHARE = 0.1
 _WARM_TUNE_BOUNDS = (100, 1000)
 
