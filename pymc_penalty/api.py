@@ -196,7 +196,7 @@ def sample(
         As in ``pm.sample``; every chain is paid for.
     tune : int or "auto", default "auto"
         Tuning steps per chain, each paid for like a draw. ``"auto"``: 1000 without a warm
-        start; with one, a third of ``draws`` within [200, 1000] (the chains start near the
+        start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
         posterior with its metric, and only the scaling and the clip are tuned).
     neighbours : {"substitute", "add_remove"}
     clip : float or "auto", default "auto"
