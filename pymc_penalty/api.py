@@ -42,6 +42,7 @@ from pymc_penalty.model_checks import (
 from pymc_penalty.publish import finalize, finalize_result, step_report
 from pymc_penalty.sample_plan import (
     chain_starts,
+    clip_tail,
     phase_report,
     positive_definite,
     resolve_tune,
@@ -361,6 +362,9 @@ def sample(
             step_kwargs["S"] = positive_definite(warm.covariance)
             step_kwargs.setdefault("adapt", "scaling")
             step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
+        # Rows with heavier tails than Gaussian: the found clip starts higher, by the warm
+        # start's own found clip (released values only).
+        step_kwargs.setdefault("clip_tail", clip_tail(warm, _warm_start_clip(warm_start_clip)))
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:
             # n is private: a found clip starts from the warm start's released count (from
             # 1, the chains' noise stayed too large through the 200 tuning steps a warm

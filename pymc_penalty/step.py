@@ -162,6 +162,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         Share of each private step's ``mu^2`` spent on releasing the number of clipped
         datapoints with Gaussian noise (reported as ``dp_clipped_fraction``). Set to 0 to
         spend nothing on it; the statistic is then NaN.
+    clip_tail : float, default 1.0
+        With ``clip="auto"``: the found clip starts at this many times its Gaussian-tail
+        start (``>= 1``), for rows whose ratios are known, from released values, to have
+        heavier tails (``pymc_penalty.sample`` passes one from the private warm start's found
+        clip, :func:`pymc_penalty.sample_plan.clip_tail`). Public: it costs no privacy.
     released_rows : float, optional
         A released (noisy, hence public) count of the datapoints, e.g. the private warm
         start's under add/remove-one neighbours (``WarmStart.n_rows``; ``pymc_penalty.sample``
@@ -261,6 +266,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         compile_kwargs: dict[str, Any] | None = None,
         blocked: bool = True,
         released_rows: float | None = None,
+        clip_tail: float = 1.0,
     ) -> None:
         model = pm.modelcontext(model)
         check_blocked(blocked)
@@ -279,6 +285,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             tune_interval=adapt_window,
             scaling=scaling,
             released_rows=released_rows,
+            clip_tail=clip_tail,
         )
         budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
@@ -304,7 +311,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         shaped = S is not None  # a given S is taken for the posterior's shape (the clip holds)
         # The start's row count: n where public, else a released count if one was given.
         start_rows = n_public if n_public is not None else released_rows
-        S, clip = starting_proposal(S, size, clip, start_rows)
+        S, clip = starting_proposal(S, size, clip, start_rows, float(clip_tail))
         self.clip = clip
         #: True when the clip constant is found in tuning from the released clipped counts.
         self.clip_auto = clip_auto

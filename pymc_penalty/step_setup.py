@@ -282,7 +282,11 @@ def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
     for name in ("adapt_window", "tune_interval"):
         if kwargs.get(name) is not None:
             check_integer(name, kwargs[name], low=1)
-    numbers = {k: kwargs[k] for k in ("target_accept", "scaling", "released_rows") if k in kwargs}
+    numbers = {
+        k: kwargs[k]
+        for k in ("target_accept", "scaling", "released_rows", "clip_tail")
+        if k in kwargs
+    }
     check_step_arguments(**numbers)
 
 

@@ -59,12 +59,12 @@ class ClippedPenaltyState(PenaltyMetropolisState):
 
 
 def starting_proposal(
-    S: Any, size: int, clip: float | str | None, n_public: int | None
+    S: Any, size: int, clip: float | str | None, n_public: int | None, tail: float = 1.0
 ) -> tuple[np.ndarray, float | None]:
     """The proposal's starting shape and clip constant.
 
     ``S`` (sds or a covariance; None: sd 1 in every coordinate) is checked against the
-    raveled ``size``. With ``clip="auto"`` the clip starts at
+    raveled ``size``. With ``clip="auto"`` the clip starts at ``tail`` times
     :func:`~pymc_penalty.adaptation.starting_clip` and a default ``S`` at
     :func:`~pymc_penalty.adaptation.starting_sd` (both from the public ``n``, or None under
     add/remove-one).
@@ -72,7 +72,7 @@ def starting_proposal(
     default_s = S is None
     S = check_proposal_shape(np.ones(size) if default_s else S, size)
     if isinstance(clip, str) and clip == "auto":
-        clip = starting_clip(n_public, clip_target_fraction(n_public))
+        clip = tail * starting_clip(n_public, clip_target_fraction(n_public))
         if default_s:
             S = np.full(size, starting_sd(n_public))
     return S, None if clip is None else float(clip)

@@ -215,6 +215,7 @@ def check_step_arguments(
     tune_interval: Any = 100,
     scaling: Any = 1.0,
     released_rows: Any = None,
+    clip_tail: Any = 1.0,
 ) -> None:
     """The budget-related arguments of :class:`~pymc_penalty.PenaltyMetropolis`.
 
@@ -255,6 +256,7 @@ def check_step_arguments(
     check_real("scaling", scaling, low=0.0, low_open=True)
     if released_rows is not None:
         check_real("released_rows", released_rows, low=0.0, low_open=True)
+    check_real("clip_tail", clip_tail, low=1.0)
 
 
 def check_sample_arguments(

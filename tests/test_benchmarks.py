@@ -104,11 +104,13 @@ def check_speed(res: dict) -> None:
         assert _accept_rates_agree(
             a["default"], a["default_steps"], a["numpy"], a["numpy_steps"]
         ), (n, a)
-    # The timed work reads the data: 10x the rows costs each path at least 1.5x the time
-    # (fixed costs included; measured 4.4x for the default path, 6x for NumPy).
+    # The timed work reads the data: 10x the rows costs each path more time (fixed costs
+    # included; measured 4.4x for the default path, 6x for NumPy on an idle machine, and
+    # 1.44x for the default path while other processes loaded both cores: 1.5x failed there,
+    # so the bound is 1.2x: a loop that skipped the data would time about 1x).
     small, large = sizes[0], sizes[-1]
     for key in ("ms_penalty_sample", "ms_numpy", "ms_metropolis_per_proposal"):
-        assert res[key][large] > 1.5 * res[key][small], (key, res[key])
+        assert res[key][large] > 1.2 * res[key][small], (key, res[key])
     for mode in ("C", "NUMBA"):
         assert all(_positive(v) for v in res["modes"][mode]["per_step_ms"].values()), mode
     assert "skipped" in res["modes"]["JAX"] or _positive(res["modes"]["JAX"]["per_step_ms"]["1000"])

@@ -257,6 +257,14 @@ CASES: list[Case] = [
     ("sample-step-unknown", _sample, _logistic, dict(step_kwargs={"bogus": 1}), ARG, "bogus"),
     ("sample-step-sets-clip", _sample, _logistic, dict(step_kwargs={"clip": 2.0}), ARG, "clip"),
     (
+        "sample-step-clip-tail",
+        _sample,
+        _logistic,
+        dict(step_kwargs={"clip_tail": 0.5}),
+        ARG,
+        "clip_tail",
+    ),
+    (
         "sample-step-adapt",
         _sample,
         _logistic,
@@ -279,6 +287,7 @@ CASES: list[Case] = [
     ("step-plan-tuple", _step, _logistic, dict(plan=(5, 5, 1)), ARG, "plan"),
     ("step-clip-zero", _step, _logistic, dict(clip=0.0), ARG, "clip"),
     ("step-released-rows", _step, _logistic, dict(released_rows=-5.0), ARG, "released_rows"),
+    ("step-clip-tail", _step, _logistic, dict(clip_tail=0.5), ARG, "clip_tail"),
     ("step-share", _step, _logistic, dict(clip_count_share=2.0), ARG, "clip_count_share"),
     ("step-target-accept", _step, _logistic, dict(target_accept=1.5), ARG, "target_accept"),
     ("step-tune-interval", _step, _logistic, dict(tune_interval=0.5), ARG, "tune_interval"),
