@@ -364,7 +364,7 @@ def sample(
             step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
         # Rows with heavier tails than Gaussian: the found clip starts higher, by the warm
         # start's own found clip (released values only).
-        step_kwargs.setdefault("clip_tail", clip_tail(warm, _warm_start_clip(warm_start_clip)))
+        step_kwargs.setdefault("clip_tail", clip_tail(warm))
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:
             # n is private: a found clip starts from the warm start's released count (from
             # 1, the chains' noise stayed too large through the 200 tuning steps a warm

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+from scipy import stats
 
 from pymc_penalty.budget import RunPlan
+from pymc_penalty.clip_adaptation import clip_target_fraction
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis
 from pymc_penalty.warmstart import WarmStart, split_point, warm_start_clips
@@ -130,27 +132,34 @@ def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
 #: 333 tuning steps over its own start 1.71, 1.59, 1.57, 1.26, 1.0 and 1.0 (8 seeds' mean):
 #: about the 0.75th power. On the utility table's gauss and logistic workloads the ratio was
 #: exactly 1 (n = 1e4, epsilon 6; n = 1e5, epsilon 2 and 1; 3 seeds each): no change there.
-#: Not yet measured: where the warm start's ``mu n`` puts its clip target below 0.1% (gauss
-#: n = 1e5 at epsilon 6, n = 1e6) its clip rises even on Gaussian scores, to the chi quantile
-#: at that target: a factor of at most about 1.08 (d = 1) or 1.03 (d = 10) at 0.04%, so the
-#: start would rise by up to 6%.
+#: The ratio is taken against the clip Gaussian scores would settle at: the chi quantile at the
+#: warm start's own target (:func:`~pymc_penalty.clip_adaptation.clip_target_fraction`, which
+#: falls below the start's 0.1% where its ``mu n`` is over 2.4e4: gauss n = 1e5 at epsilon 6,
+#: n = 1e6), never below the start; there the found clip rises even on Gaussian scores (d = 5 at
+#: 0.01%: by 1.14), which says nothing about heavier tails.
 CLIP_TAIL_POWER = 0.75
 
 
-def clip_tail(warm: WarmStart, warm_start_clip: float | str) -> float:
-    """The factor on the sampler's found clip's start after a warm start: its found gradient
-    clip over that clip's Gaussian-tail start, to the power :data:`CLIP_TAIL_POWER` (1 when
-    the warm start's clip was given, not found).
+def clip_tail(warm: WarmStart) -> float:
+    """The factor on the sampler's found clip's start after a warm start: the warm start's
+    found gradient clip over the clip Gaussian scores would settle at, to the power
+    :data:`CLIP_TAIL_POWER`; 1 when the warm start released no clipped count (its clip was
+    given, not found).
 
     The sampler's found clip starts at its Gaussian-tail value in the posterior-shaped metric
     and only rises (it holds), so on rows with heavier tails it clips more than its target
     until the released counts have moved it, which a short tuning leaves unfinished. The warm
-    start's own found clip, released, says how much heavier the rows' tails are: a function
-    of released values only (no privacy cost)."""
-    if not (isinstance(warm_start_clip, str) and warm_start_clip == "auto"):
+    start's own found clip, released, says how much heavier the rows' tails are. Gaussian
+    scores settle at the chi quantile of the warm start's clip target (the Gaussian start, or
+    above it where the target is below the start's tail): a function of released and public
+    values only (no privacy cost)."""
+    if warm.clipped_fraction is None:
         return 1.0
-    start, _ = warm_start_clips("auto", warm.point.size)
-    return max(float(warm.clip) / start, 1.0) ** CLIP_TAIL_POWER
+    d = warm.point.size
+    start, _ = warm_start_clips("auto", d)
+    target = clip_target_fraction(warm.n_rows, mu=warm.mu)
+    gaussian = max(start, math.sqrt(float(stats.chi2.isf(target, d))))
+    return max(float(warm.clip) / gaussian, 1.0) ** CLIP_TAIL_POWER
 
 
 def positive_definite(cov: np.ndarray) -> np.ndarray:
