@@ -45,6 +45,7 @@ from pymc_penalty.sample_plan import (
     clip_tail,
     phase_report,
     positive_definite,
+    resolve_chains,
     resolve_tune,
     resolve_warm_start,
 )
@@ -164,7 +165,7 @@ def sample(
     delta: float,
     draws: int = 1000,
     tune: int | str = "auto",
-    chains: int = 4,
+    chains: int | str = "auto",
     neighbours: str = "substitute",
     clip: float | str = "auto",
     clip_mode: str = "metric",
@@ -193,8 +194,14 @@ def sample(
     ----------
     epsilon, delta : float
         The budget; ``epsilon > 0``, ``0 < delta < 1``.
-    draws, chains : int
+    draws : int
         As in ``pm.sample``; every chain is paid for.
+    chains : int or "auto", default "auto"
+        As in ``pm.sample``; every chain is paid for. ``"auto"``: 8 after a warm start (each
+        chain starts at its own draw from the warm start's approximation, and more chains
+        sharing the budget add less random-walk error to the pooled mean: logistic
+        regression, n = 1e5, epsilon 1, RMS error 0.34 sd with 4 chains, 0.27 with 8), 4
+        without one (``pymc_penalty.sample_plan.resolve_chains``).
     tune : int or "auto", default "auto"
         Tuning steps per chain, each paid for like a draw. ``"auto"``: 1000 without a warm
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
@@ -269,6 +276,7 @@ def sample(
     model = pm.modelcontext(model)
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
+    chains = resolve_chains(chains, warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
 

@@ -125,6 +125,20 @@ def check_integer(name: str, value: Any, *, low: int = 0) -> int:
     return int(value)
 
 
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _integer_or_auto(name: str, value: Any, *, low: int) -> int:
+    """``value`` as an int ``>= low``; the error names ``"auto"`` as accepted too."""
+    try:
+        return check_integer(name, value, low=low)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f'`{name}` must be an integer >= {low} or "auto"; {_got(value)}.'
+        ) from None
+
+
 def check_choice(name: str, value: Any, options: tuple[str, ...]) -> str:
     """``value`` after checking it is one of ``options`` (strings).
 
@@ -289,7 +303,11 @@ def check_sample_arguments(
     InvalidArgumentError
     """
     check_budget(epsilon, delta)
-    check_plan(draws, 0 if isinstance(tune, str) and tune == "auto" else tune, chains)
+    check_plan(
+        draws,
+        0 if _is_auto(tune) else _integer_or_auto("tune", tune, low=0),
+        1 if _is_auto(chains) else _integer_or_auto("chains", chains, low=1),
+    )
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.jax_backend
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)

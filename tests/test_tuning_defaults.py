@@ -11,6 +11,7 @@ import pytest
 import pymc_penalty as pp
 import pymc_penalty.api as api
 import pymc_penalty.sample_plan as sample_plan
+from pymc_penalty.validation import InvalidArgumentError
 from pymc_penalty.warmstart import WarmStart
 
 
@@ -159,6 +160,28 @@ def test_chain_starts_survive_a_covariance_that_lost_definiteness_to_rounding():
 )
 def test_auto_tune_is_a_tenth_of_the_draws_after_a_warm_start(tune, draws, share, expected):
     assert sample_plan.resolve_tune(tune, draws, share) == expected
+
+
+@pytest.mark.parametrize(
+    ("chains", "share", "expected"),
+    [("auto", 0.2, 8), ("auto", 0.0, 4), (3, 0.2, 3), (6, 0.0, 6)],
+)
+def test_auto_chains_are_eight_after_a_warm_start_and_four_without(chains, share, expected):
+    assert sample_plan.resolve_chains(chains, share) == expected
+
+
+def test_auto_chains_reach_pm_sample_and_an_error_names_auto():
+    model = _regression(n=300)
+    kwargs = dict(epsilon=4.0, delta=1e-5, draws=5, tune=5, cores=1, progressbar=False)
+    with model:
+        idata = pp.sample(random_seed=1, **kwargs)  # warm_start="auto": 8 chains
+        assert idata.posterior.sizes["chain"] == 8
+        idata = pp.sample(warm_start=0, random_seed=1, **kwargs)  # no warm start: 4
+        assert idata.posterior.sizes["chain"] == 4
+        with pytest.raises(
+            InvalidArgumentError, match='`chains` must be an integer >= 1 or "auto"'
+        ):
+            pp.sample(chains="eight", **kwargs)
 
 
 def test_auto_warm_start_rule():
