@@ -101,7 +101,7 @@ class Plan:
 
     draws: int
     tune: int  # AUTO_TUNE: pp.sample's tune="auto", resolved per cell by the defaults' run
-    chains: int
+    chains: int  # AUTO_TUNE too: pp.sample's chains="auto", resolved per cell likewise
 
     @classmethod
     def defaults(cls) -> Plan:
@@ -109,13 +109,15 @@ class Plan:
         import pymc_penalty as pp
 
         params = inspect.signature(pp.sample).parameters
-        tune = params["tune"].default
+        tune, chains = params["tune"].default, params["chains"].default
         tune = AUTO_TUNE if tune == "auto" else int(tune)
-        return cls(int(params["draws"].default), tune, int(params["chains"].default))
+        chains = AUTO_TUNE if chains == "auto" else int(chains)
+        return cls(int(params["draws"].default), tune, chains)
 
 
-#: ``Plan.tune`` for ``pp.sample``'s ``tune="auto"``: the tuning steps the defaults chose in a
-#: cell (its report's ``dp_tune``) are then the oracle's too, so both make the same releases.
+#: ``Plan.tune`` for ``pp.sample``'s ``tune="auto"`` (and ``Plan.chains`` for ``chains="auto"``):
+#: the tuning steps and chains the defaults chose in a cell (its report's ``dp_tune``, its
+#: posterior's chains) are then the oracle's too, so both make the same releases.
 AUTO_TUNE = -1
 
 
@@ -266,6 +268,7 @@ def run_defaults(prob: Problem, plan: Plan, epsilon: float, seed: int, quick: bo
         noise_sd=round(float(np.median(stats["dp_noise_sd"].values)), 3),
         forecast_ess=round(float(idata.attrs.get("dp_forecast_ess", math.nan)), 3),
         tune=int(idata.attrs.get("dp_tune", plan.tune)),
+        chains=int(idata.posterior.sizes["chain"]),
         warm_start_share=float(idata.attrs.get("dp_warm_start_share", 0.0)),
         wall_s=round(wall, 1),
     )
@@ -353,6 +356,11 @@ def limits(prob: Problem, plan: Plan, epsilon: float) -> dict:
     }
 
 
+def _chains_text(chains: int) -> str:
+    """The plan's chains as the docs page states them."""
+    return '`chains="auto"` (per cell: the `chains` column)' if chains == AUTO_TUNE else str(chains)
+
+
 def _tune_text(tune: int) -> str:
     """The plan's tuning steps as the docs say them."""
     return '`tune="auto"` (per cell: the `tune` column)' if tune == AUTO_TUNE else str(tune)
@@ -384,9 +392,17 @@ def over_seeds(runs: list[dict]) -> dict:
         sd_ratio=round(float(np.exp(np.mean(np.log([r["sd_ratio"] for r in runs])))), 4),
         per_seed=[r["mean_err_sd"] for r in runs],
     )
-    if "tune" in runs[0]:
-        out["tune"] = int(runs[0]["tune"])
+    for key in ("tune", "chains"):
+        if key in runs[0]:
+            out[key] = int(runs[0][key])
     return out
+
+
+def _resolved(plan: Plan, defaults: dict) -> Plan:
+    """``plan`` with its ``"auto"`` tuning and chains as the defaults' run chose them."""
+    tune = defaults["tune"] if plan.tune == AUTO_TUNE else plan.tune
+    chains = defaults["chains"] if plan.chains == AUTO_TUNE else plan.chains
+    return Plan(plan.draws, tune, chains)
 
 
 def run_cell(args: tuple[Cell, Plan, list[int], bool]) -> tuple[str, dict]:
@@ -400,13 +416,10 @@ def run_cell(args: tuple[Cell, Plan, list[int], bool]) -> tuple[str, dict]:
         defaults = run_defaults(prob, plan, cell.epsilon, seed, quick)
         # With tune="auto" the oracle makes the releases the defaults made (the rule reads
         # public quantities only, so every seed resolves it alike).
-        seed_plan = plan
-        if plan.tune == AUTO_TUNE:
-            seed_plan = Plan(plan.draws, defaults["tune"], plan.chains)
+        seed_plan = _resolved(plan, defaults)
         runs_d.append(defaults)
         runs_o.append(run_oracle(prob, seed_plan, cell.epsilon, seed))
-    if plan.tune == AUTO_TUNE:
-        plan = Plan(plan.draws, runs_d[0]["tune"], plan.chains)
+    plan = _resolved(plan, runs_d[0])
     defaults, oracle = over_seeds(runs_d), over_seeds(runs_o)
     row = {
         "seeds": list(seeds),
@@ -467,7 +480,13 @@ def merge_results(paths: list[str], plan: Plan, commands: list[str]) -> dict[str
             result = json.loads(lines[-1][len("RESULT ") :])
         else:
             result = _partial_result(text, path)
-        if result["plan"] != asdict(plan):
+        ran = dict(result["plan"])
+        if plan.chains == AUTO_TUNE and ran.get("chains") != AUTO_TUNE:
+            # A run from before chains="auto": its chains go into each of its rows.
+            for row in result["cells"].values():
+                row["defaults"].setdefault("chains", ran["chains"])
+            ran["chains"] = AUTO_TUNE
+        if ran != asdict(plan):
             raise SystemExit(f"--merge: {path} ran plan {result['plan']}, not {asdict(plan)}")
         merged.update(result["cells"])
         commands += [c for c in result.get("commands", []) if c not in commands]
@@ -501,9 +520,9 @@ def table(rows: dict[str, dict]) -> str:
     """Markdown table of the cells run."""
     lines = [
         "| workload | n | epsilon | seeds | defaults error (sd) | defaults sd ratio "
-        "| defaults R-hat | tune | oracle error (sd) | oracle sd ratio | 1/sqrt(E_max) "
-        "| forecast error | target |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| defaults R-hat | tune | chains | oracle error (sd) | oracle sd ratio "
+        "| 1/sqrt(E_max) | forecast error | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows.values():
         df, orc = r["defaults"], r["oracle"]
@@ -511,7 +530,8 @@ def table(rows: dict[str, dict]) -> str:
             f"| {r['workload']} | {_n_label(r['n'])} | {r['epsilon']:g} "
             f"| {len(r.get('seeds', [1]))} | {_error_text(df)} "
             f"| {df['sd_ratio']:.3g} | {df.get('r_hat_max', math.nan):.3g} "
-            f"| {df.get('tune', '')} | {_error_text(orc)} | {orc['sd_ratio']:.3g} "
+            f"| {df.get('tune', '')} | {df.get('chains', '')} | {_error_text(orc)} "
+            f"| {orc['sd_ratio']:.3g} "
             f"| {r['e_max_err_sd']:.3g} | {r['forecast_err_sd']:.3g} | {r['target']} |"
         )
     return "\n".join(lines)
@@ -574,7 +594,8 @@ compares those.
 
 What is compared, per cell (workload, n, epsilon), substitute-one neighbours: `defaults` is
 `pymc_penalty.sample(epsilon, delta)` with every other argument at its default (the plan:
-{plan["chains"]} chains x ({_tune_text(plan["tune"])} tuning + {plan["draws"]} draws));
+{_chains_text(plan["chains"])} chains x ({_tune_text(plan["tune"])} tuning + {plan["draws"]}
+draws));
 `oracle` is a
 penalty random walk that knows the posterior covariance and the rows' ratio quantiles, making
 the same releases (see `benchmarks/utility_table.py`); `1/sqrt(E_max)` is the error the budget's

@@ -210,6 +210,8 @@ def check_utility_table(res: dict) -> None:
             assert row[method]["mean_err_sd"] == pytest.approx(rms, abs=1e-4), key
             assert row[method]["mean_err_sd_se"] >= 0.0, key
         assert row["defaults"]["epsilon_spent"] <= eps * (1 + 1e-9)
+        # The oracle makes the defaults' releases: their chains, as the defaults' run had them.
+        assert row["defaults"]["chains"] == res["plan"]["chains"], key
         assert 0.0 < row["oracle"]["accept"] < 1.0, key
         # The oracle clips about the fraction the defaults aim at (its quantile is probed).
         target = clip_target_fraction(n)
