@@ -135,9 +135,10 @@ def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
 #: over seeds +- one standard error, the warm start's own RMS error in brackets; 4 -> 8 chains):
 #: logistic n = 1e5, epsilon 1: 0.341 +- 0.015 (0.313; 44 seeds) -> 0.268 +- 0.020 (0.270; 20
 #: seeds; 8 chains of 500 draws: 0.310 +- 0.025 (0.329)), 2 chains 0.399 +- 0.024 (0.247);
-#: epsilon 6: 0.108 +- 0.010 (0.059) -> 0.098 +- 0.006 (0.057; 10 seeds each); gauss n = 1e4,
-#: epsilon 6: 0.323 +- 0.032 (0.248) -> 0.211 (0.180; 8 seeds each); gauss n = 1e5, epsilon 2:
-#: 0.295 +- 0.028 (0.196; 20 seeds) -> 0.239 (0.155; 3 seeds). The cost, where the warm start
+#: epsilon 2: 0.207 (0.190) -> 0.194 (0.203); epsilon 6: 0.108 +- 0.010 (0.059) -> 0.098 +-
+#: 0.006 (0.057; 10 seeds each); gauss n = 1e4, epsilon 6: 0.323 +- 0.032 (0.248) -> 0.211
+#: (0.180; 8 seeds each); gauss n = 1e5, epsilon 2: 0.295 +- 0.028 (0.196; 20 seeds) -> 0.239
+#: (0.155; 3 seeds). The cost, where the warm start
 #: is far off and the chains correct it: logistic n = 1e4, epsilon 1: 0.734 +- 0.153 (0.869) ->
 #: 0.962 (1.044; 8 seeds each), the error 0.84 and 0.92 of the warm start's. And every chain
 #: computes: twice the steps at the same ``draws``.
