@@ -104,6 +104,52 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
     }
 
 
+def _forecast(
+    step_mu: float,
+    *,
+    clip_count_share: float,
+    neighbours: Any,
+    budget: PrivacyBudget,
+    plan: RunPlan,
+    model: pm.Model,
+    released_rows: float | None = None,
+) -> Any:
+    """The run's forecast (:func:`pymc_penalty.forecast.forecast_run`) from public quantities,
+    or None where there is none (see :func:`_forecast_before_spending`); it warns nothing."""
+    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
+    if adds and released_rows is None:
+        return None
+    try:
+        d = int(sum(np.size(v) for v in model.initial_point().values()))
+        # Substitute-one: n is public. Add/remove-one: only the released count is read.
+        n = float(released_rows) if adds else n_datapoints(model)
+    except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
+        return None
+    kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
+    return forecast_run(
+        math.sqrt(kept_mu2),
+        budget_mu=budget.mu,
+        delta=budget.delta,
+        n=n,
+        d=d,
+        steps=plan.draws * plan.chains,
+        neighbours="add_remove" if adds else "substitute",
+        likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
+    )
+
+
+def _with_chains(
+    plan: RunPlan, chains: int | str, warm_start: float, step_mu: float, **forecast_args: Any
+) -> RunPlan:
+    """``plan`` with ``chains="auto"`` resolved (:func:`~pymc_penalty.sample_plan.resolve_chains`)
+    from the forecast of ``plan`` (4 chains); a number of chains is kept."""
+    if not (isinstance(chains, str) and chains == "auto"):
+        return plan
+    forecast = _forecast(step_mu, plan=plan, **forecast_args)
+    ess = None if forecast is None else float(forecast.ess)
+    return RunPlan(plan.draws, plan.tune, resolve_chains("auto", warm_start, ess))
+
+
 def _forecast_before_spending(
     step_mu: float,
     *,
@@ -125,26 +171,18 @@ def _forecast_before_spending(
     the chains spend, and says so; without a released count there is none (it would publish
     n). A model whose datapoints cannot be counted gets none either (the step's gate then
     raises its error)."""
-    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
-    if adds and released_rows is None:
-        return {}
-    try:
-        d = int(sum(np.size(v) for v in model.initial_point().values()))
-        # Substitute-one: n is public. Add/remove-one: only the released count is read.
-        n = float(released_rows) if adds else n_datapoints(model)
-    except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
-        return {}
-    kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
-    forecast = forecast_run(
-        math.sqrt(kept_mu2),
-        budget_mu=budget.mu,
-        delta=budget.delta,
-        n=n,
-        d=d,
-        steps=plan.draws * plan.chains,
-        neighbours="add_remove" if adds else "substitute",
-        likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
+    forecast = _forecast(
+        step_mu,
+        clip_count_share=clip_count_share,
+        neighbours=neighbours,
+        budget=budget,
+        plan=plan,
+        model=model,
+        released_rows=released_rows,
     )
+    if forecast is None:
+        return {}
+    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
     if forecast.verdict in ("poor", "hopeless"):
         note = (
             "\n(Forecast after the warm start's share was spent, from its released noisy "
@@ -197,11 +235,13 @@ def sample(
     draws : int
         As in ``pm.sample``; every chain is paid for.
     chains : int or "auto", default "auto"
-        As in ``pm.sample``; every chain is paid for. ``"auto"``: 8 after a warm start (each
-        chain starts at its own draw from the warm start's approximation, and more chains
-        sharing the budget add less random-walk error to the pooled mean: logistic
-        regression, n = 1e5, epsilon 1, RMS error 0.34 sd with 4 chains, 0.27 with 8), 4
-        without one (``pymc_penalty.sample_plan.resolve_chains``).
+        As in ``pm.sample``; every chain is paid for. ``"auto"``: 4, or 8 after a warm start
+        when the forecast for 4 chains is at least 2 effective draws
+        (``pymc_penalty.sample_plan.resolve_chains``). Each chain starts at its own draw from
+        the warm start's approximation, and more chains sharing the budget add less
+        random-walk error to the pooled mean (logistic regression, n = 1e5, epsilon 1: RMS
+        error 0.34 sd with 4 chains, 0.27 with 8); at smaller forecasts the warm start is
+        further off and fewer chains, each moving further, correct it more.
     tune : int or "auto", default "auto"
         Tuning steps per chain, each paid for like a draw. ``"auto"``: 1000 without a warm
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
@@ -276,12 +316,12 @@ def sample(
     model = pm.modelcontext(model)
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
-    chains = resolve_chains(chains, warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
         from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
+        chains = resolve_chains(chains, 0.0, None)  # no warm start there
         args = dict(locals(), **pm_sample_kwargs)
         from pymc_penalty.distributed.sampler import from_pp_sample
 
@@ -305,7 +345,8 @@ def sample(
                 "for the low-level path."
             )
     budget = PrivacyBudget(float(epsilon), float(delta))
-    plan = RunPlan(int(draws), int(tune), int(chains))
+    # chains="auto" starts as 4 and is resolved from the forecast of that plan (below).
+    plan = RunPlan(int(draws), int(tune), resolve_chains(chains, 0.0, None))
     if warm_start > 0 and "initvals" in pm_sample_kwargs:
         raise ValueError(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
@@ -317,14 +358,16 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
+    forecast_args = dict(
+        clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
+    )
     # Before anything is spent: the chains get what the warm start leaves.
+    chains_mu = math.sqrt(available * (1.0 - warm_start))
+    plan = _with_chains(
+        plan, chains, warm_start, calibrate(chains_mu, plan, warn_below=0.0), **forecast_args
+    )
     forecast = _forecast_before_spending(
-        calibrate(math.sqrt(available * (1.0 - warm_start)), plan, warn_below=0.0),
-        clip_count_share=clip_count_share,
-        neighbours=neighbours,
-        budget=budget,
-        plan=plan,
-        model=model,
+        calibrate(chains_mu, plan, warn_below=0.0), plan=plan, **forecast_args
     )
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
@@ -349,14 +392,20 @@ def sample(
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
-            forecast = _forecast_before_spending(
-                calibrate(available_mu(ledger), plan, warn_below=0.0),
-                clip_count_share=clip_count_share,
-                neighbours=neighbours,
-                budget=budget,
-                plan=plan,
-                model=model,
+            left = available_mu(ledger)
+            plan = _with_chains(
+                plan,
+                chains,
+                warm_start,
+                calibrate(left, plan, warn_below=0.0),
                 released_rows=warm.n_rows,
+                **forecast_args,
+            )
+            forecast = _forecast_before_spending(
+                calibrate(left, plan, warn_below=0.0),
+                plan=plan,
+                released_rows=warm.n_rows,
+                **forecast_args,
             )
         pm_sample_kwargs["initvals"] = chain_starts(
             warm, plan.chains, pm_sample_kwargs.get("random_seed")

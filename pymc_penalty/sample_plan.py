@@ -125,33 +125,45 @@ def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
     return int(min(max(round(draws * _WARM_TUNE_SHARE), low), high))
 
 
-#: Chains with ``chains="auto"``: ``pm.sample``'s usual 4 without a warm start (the chains travel
-#: from the model's initial point, and each needs its share of the budget to get there), 8 after
-#: one. The budget buys a fixed total squared distance, split over the chains; started at
-#: centred draws from the warm start's approximation (:func:`chain_starts`), each chain then
-#: moves less, and the random-walk error its moves add to the pooled mean falls about as one
-#: over the number of chains, while the warm start's own error stays. Measured
-#: (``benchmarks/defaults_seeds.py``, 1000 draws, RMS error of the posterior mean in posterior sd
-#: over seeds +- one standard error, the warm start's own RMS error in brackets; 4 -> 8 chains):
-#: logistic n = 1e5, epsilon 1: 0.341 +- 0.015 (0.313; 44 seeds) -> 0.268 +- 0.020 (0.270; 20
-#: seeds; 8 chains of 500 draws: 0.310 +- 0.025 (0.329)), 2 chains 0.399 +- 0.024 (0.247);
-#: epsilon 2: 0.207 (0.190) -> 0.194 (0.203); epsilon 6: 0.108 +- 0.010 (0.059) -> 0.098 +-
-#: 0.006 (0.057; 10 seeds each); gauss n = 1e4, epsilon 6: 0.323 +- 0.032 (0.248) -> 0.211
-#: (0.180; 8 seeds each); gauss n = 1e5, epsilon 2: 0.295 +- 0.028 (0.196; 20 seeds) -> 0.239
-#: (0.155; 3 seeds). The cost, where the warm start
-#: is far off and the chains correct it: logistic n = 1e4, epsilon 1: 0.734 +- 0.153 (0.869) ->
-#: 0.962 (1.044; 8 seeds each), the error 0.84 and 0.92 of the warm start's. And every chain
-#: computes: twice the steps at the same ``draws``.
+#: Chains with ``chains="auto"``: ``pm.sample``'s usual 4, and 8 after a warm start where the
+#: forecast (for 4 chains) promises at least :data:`_MANY_CHAINS_ESS` effective draws. The
+#: budget buys a fixed total squared distance, split over the chains; started at centred
+#: draws from the warm start's approximation (:func:`chain_starts`), each chain then moves
+#: less, and the random-walk error its moves add to the pooled mean falls about as one over
+#: the number of chains, while the warm start's own error stays. Where the warm start is far
+#: off (a small budget) the chains' moves are what corrects it, and fewer, longer-moving
+#: chains correct more. Measured (``benchmarks/defaults_seeds.py``, 1000 draws, RMS error of
+#: the posterior mean in posterior sd over seeds +- one standard error, the warm start's own
+#: RMS error in brackets; 4 -> 8 chains; the forecast's ESS first):
+#:
+#: - 2.2, logistic n = 1e5, epsilon 1: 0.341 +- 0.015 (0.313; 44 seeds) -> 0.268 +- 0.020
+#:   (0.270; 20 seeds; 8 chains of 500 draws: 0.310 +- 0.025 (0.329)); 2 chains 0.399 +-
+#:   0.024 (0.247);
+#: - 7.7, epsilon 2: 0.207 (0.190) -> 0.194 (0.203; 10 seeds each); 52, epsilon 6: 0.108 +-
+#:   0.010 (0.059) -> 0.098 +- 0.006 (0.057; 10 seeds each);
+#: - 8.0, gauss n = 1e4, epsilon 6: 0.323 +- 0.032 (0.248) -> 0.211 (0.180; 8 seeds each);
+#:   7.9, gauss n = 1e5, epsilon 2: 0.295 +- 0.028 (0.196; 20 seeds) -> 0.239 (0.155; 3);
+#: - below 2, 4 chains did better: 0.39, logistic n = 1e4, epsilon 1: 0.734 +- 0.153 (0.869)
+#:   -> 0.962 (1.044; 8 seeds each); 1.17, gauss n = 1e4, epsilon 2: 1.39 -> 3.97 and 1.33,
+#:   logistic n = 1e4, epsilon 2: 0.255 -> 0.385 (``benchmarks/utility_table.py``, 4 seeds
+#:   each).
+#:
+#: The threshold sits between 1.33 and 2.2, the cells measured on either side; 8 chains
+#: compute twice the steps of 4 at the same ``draws``.
 _COLD_CHAINS = 4
 _WARM_CHAINS = 8
+_MANY_CHAINS_ESS = 2.0
 
 
-def resolve_chains(chains: int | str, warm_start: float) -> int:
-    """Chains: ``"auto"`` is 8 after a warm start and 4 without one
+def resolve_chains(chains: int | str, warm_start: float, forecast_ess: float | None) -> int:
+    """Chains: ``"auto"`` is 8 after a warm start when the forecast for 4 chains
+    (``forecast_ess``, None where there is none) is at least 2 effective draws, otherwise 4
     (:data:`_WARM_CHAINS`); a number is kept."""
     if not (isinstance(chains, str) and chains == "auto"):
         return int(chains)
-    return _WARM_CHAINS if warm_start > 0 else _COLD_CHAINS
+    if warm_start > 0 and forecast_ess is not None and forecast_ess >= _MANY_CHAINS_ESS:
+        return _WARM_CHAINS
+    return _COLD_CHAINS
 
 
 #: Power of the warm start's clip ratio that starts the sampler's found clip

@@ -163,25 +163,55 @@ def test_auto_tune_is_a_tenth_of_the_draws_after_a_warm_start(tune, draws, share
 
 
 @pytest.mark.parametrize(
-    ("chains", "share", "expected"),
-    [("auto", 0.2, 8), ("auto", 0.0, 4), (3, 0.2, 3), (6, 0.0, 6)],
+    ("chains", "share", "ess", "expected"),
+    [
+        ("auto", 0.2, 2.0, 8),  # a warm start and at least 2 forecast effective draws
+        ("auto", 0.2, 50.0, 8),
+        ("auto", 0.2, 1.99, 4),  # a small budget: fewer chains correct the warm start more
+        ("auto", 0.2, None, 4),  # no forecast (add/remove-one before the released count)
+        ("auto", 0.0, 50.0, 4),  # no warm start: the chains travel from one point
+        (3, 0.2, 50.0, 3),
+        (6, 0.0, None, 6),
+    ],
 )
-def test_auto_chains_are_eight_after_a_warm_start_and_four_without(chains, share, expected):
-    assert sample_plan.resolve_chains(chains, share) == expected
+def test_auto_chains_rule(chains, share, ess, expected):
+    assert sample_plan.resolve_chains(chains, share, ess) == expected
 
 
-def test_auto_chains_reach_pm_sample_and_an_error_names_auto():
-    model = _regression(n=300)
-    kwargs = dict(epsilon=4.0, delta=1e-5, draws=5, tune=5, cores=1, progressbar=False)
-    with model:
-        idata = pp.sample(random_seed=1, **kwargs)  # warm_start="auto": 8 chains
-        assert idata.posterior.sizes["chain"] == 8
-        idata = pp.sample(warm_start=0, random_seed=1, **kwargs)  # no warm start: 4
-        assert idata.posterior.sizes["chain"] == 4
-        with pytest.raises(
-            InvalidArgumentError, match='`chains` must be an integer >= 1 or "auto"'
-        ):
-            pp.sample(chains="eight", **kwargs)
+def _normal_mean(n: int):
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=n)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 5.0)
+        pm.Normal("y", m, 1.0, observed=y)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("n", "epsilon", "extra", "chains"),
+    [
+        (3000, 4.0, {}, 8),  # forecast about 12 effective draws for 4 chains
+        (3000, 0.3, {}, 4),  # about 0.1
+        (3000, 4.0, {"warm_start": 0}, 4),
+        (3000, 4.0, {"chains": 3}, 3),
+        (3000, 4.0, {"neighbours": "add_remove"}, 8),  # from the warm start's released count
+    ],
+)
+def test_pp_sample_resolves_auto_chains_from_the_forecast(n, epsilon, extra, chains):
+    kwargs = dict(draws=50, tune=10, cores=1, progressbar=False, compute_convergence_checks=False)
+    with _normal_mean(n):
+        idata = pp.sample(epsilon=epsilon, delta=1e-5, random_seed=1, **kwargs, **extra)
+    assert idata.posterior.sizes["chain"] == chains
+    # The report's forecast is for the plan that ran, and the rule reads the 4-chain one.
+    if "chains" not in extra and "warm_start" not in extra:
+        assert (idata.attrs["dp_forecast_ess"] >= 2.0) == (chains == 8)
+
+
+def test_a_bad_chains_is_refused_naming_auto():
+    with (
+        _normal_mean(300),
+        pytest.raises(InvalidArgumentError, match='`chains` must be an integer >= 1 or "auto"'),
+    ):
+        pp.sample(epsilon=4.0, delta=1e-5, chains="eight", draws=5, tune=5)
 
 
 def test_auto_warm_start_rule():
