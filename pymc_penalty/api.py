@@ -236,12 +236,13 @@ def sample(
         As in ``pm.sample``; every chain is paid for.
     chains : int or "auto", default "auto"
         As in ``pm.sample``; every chain is paid for. ``"auto"``: 4, or 8 after a warm start
-        when the forecast for 4 chains is at least 2 effective draws
+        when the forecast for 4 chains is at least 2 and below 20 effective draws
         (``pymc_penalty.sample_plan.resolve_chains``). Each chain starts at its own draw from
         the warm start's approximation, and more chains sharing the budget add less
         random-walk error to the pooled mean (logistic regression, n = 1e5, epsilon 1: RMS
         error 0.34 sd with 4 chains, 0.27 with 8); at smaller forecasts the warm start is
-        further off and fewer chains, each moving further, correct it more.
+        further off and fewer chains, each moving further, correct it more, and at larger
+        ones the chains mix and their number no longer matters.
     tune : int or "auto", default "auto"
         Tuning steps per chain, each paid for like a draw. ``"auto"``: 1000 without a warm
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the

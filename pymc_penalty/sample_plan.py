@@ -126,7 +126,8 @@ def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
 
 
 #: Chains with ``chains="auto"``: ``pm.sample``'s usual 4, and 8 after a warm start where the
-#: forecast (for 4 chains) promises at least :data:`_MANY_CHAINS_ESS` effective draws. The
+#: forecast (for 4 chains) promises between :data:`_MANY_CHAINS_ESS` effective draws (inclusive)
+#: and :data:`_MIXING_ESS` (exclusive). The
 #: budget buys a fixed total squared distance, split over the chains; started at centred
 #: draws from the warm start's approximation (:func:`chain_starts`), each chain then moves
 #: less, and the random-walk error its moves add to the pooled mean falls about as one over
@@ -148,21 +149,27 @@ def resolve_tune(tune: int | str, draws: int, warm_start: float) -> int:
 #:   logistic n = 1e4, epsilon 2: 0.255 -> 0.385 (``benchmarks/utility_table.py``, 4 seeds
 #:   each).
 #:
-#: The threshold sits between 1.33 and 2.2, the cells measured on either side; 8 chains
-#: compute twice the steps of 4 at the same ``draws``.
+#: - from 20 up the chains mix (R-hat about 1.1) and forget their starts, so their number no
+#:   longer matters to the error, while 8 compute twice the steps of 4: 52, logistic n = 1e5,
+#:   epsilon 6: 0.108 -> 0.098 (above); 56, gauss n = 1e5, epsilon 6: 0.162 +- 0.007 ->
+#:   0.192 +- 0.043 (``benchmarks/utility_table.py``, 4 seeds each).
+#:
+#: The thresholds sit between the cells measured on either side (1.33 and 2.2; 8 and 52).
 _COLD_CHAINS = 4
 _WARM_CHAINS = 8
 _MANY_CHAINS_ESS = 2.0
+_MIXING_ESS = 20.0
 
 
 def resolve_chains(chains: int | str, warm_start: float, forecast_ess: float | None) -> int:
     """Chains: ``"auto"`` is 8 after a warm start when the forecast for 4 chains
-    (``forecast_ess``, None where there is none) is at least 2 effective draws, otherwise 4
-    (:data:`_WARM_CHAINS`); a number is kept."""
+    (``forecast_ess``, None where there is none) is at least 2 and below 20 effective draws,
+    otherwise 4 (:data:`_WARM_CHAINS`); a number is kept."""
     if not (isinstance(chains, str) and chains == "auto"):
         return int(chains)
-    if warm_start > 0 and forecast_ess is not None and forecast_ess >= _MANY_CHAINS_ESS:
-        return _WARM_CHAINS
+    if warm_start > 0 and forecast_ess is not None:
+        if _MANY_CHAINS_ESS <= forecast_ess < _MIXING_ESS:
+            return _WARM_CHAINS
     return _COLD_CHAINS
 
 
