@@ -150,16 +150,7 @@ def _with_chains(
     return RunPlan(plan.draws, plan.tune, resolve_chains("auto", warm_start, ess))
 
 
-def _forecast_before_spending(
-    step_mu: float,
-    *,
-    clip_count_share: float,
-    neighbours: Any,
-    budget: PrivacyBudget,
-    plan: RunPlan,
-    model: pm.Model,
-    released_rows: float | None = None,
-) -> dict[str, Any]:
+def _forecast_before_spending(step_mu: float, **forecast_args: Any) -> dict[str, Any]:
     """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
     when it is poor or hopeless, before the chains spend.
 
@@ -170,19 +161,11 @@ def _forecast_before_spending(
     released noisy count (post-processing), so it runs after the warm start's share and before
     the chains spend, and says so; without a released count there is none (it would publish
     n). A model whose datapoints cannot be counted gets none either (the step's gate then
-    raises its error)."""
-    forecast = _forecast(
-        step_mu,
-        clip_count_share=clip_count_share,
-        neighbours=neighbours,
-        budget=budget,
-        plan=plan,
-        model=model,
-        released_rows=released_rows,
-    )
+    raises its error). ``forecast_args`` are :func:`_forecast`'s."""
+    forecast = _forecast(step_mu, **forecast_args)
     if forecast is None:
         return {}
-    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
+    adds = Neighbours.parse(forecast_args["neighbours"]) is not Neighbours.SUBSTITUTE
     if forecast.verdict in ("poor", "hopeless"):
         note = (
             "\n(Forecast after the warm start's share was spent, from its released noisy "
@@ -193,7 +176,7 @@ def _forecast_before_spending(
         warnings.warn(f"{forecast}{note}", UtilityWarning, stacklevel=3)
     out: dict[str, Any] = {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
     if adds:
-        out["dp_forecast_rows"] = float(released_rows)  # the released count, not n
+        out["dp_forecast_rows"] = float(forecast_args["released_rows"])  # not n
     return out
 
 
