@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
-from scipy import stats
 
 from pymc_penalty.budget import RunPlan
 from pymc_penalty.clip_adaptation import clip_target_fraction
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis
-from pymc_penalty.warmstart import WarmStart, split_point, warm_start_clips
+from pymc_penalty.warmstart import WarmStart, split_point
+from pymc_penalty.warmstart_scoring import settled_clip
 
 __all__ = [
     "AUTO_WARM_START_SHARE",
@@ -204,10 +204,7 @@ def clip_tail(warm: WarmStart) -> float:
     values only (no privacy cost)."""
     if warm.clipped_fraction is None:
         return 1.0
-    d = warm.point.size
-    start, _ = warm_start_clips("auto", d)
-    target = clip_target_fraction(warm.n_rows, mu=warm.mu)
-    gaussian = max(start, math.sqrt(float(stats.chi2.isf(target, d))))
+    gaussian = settled_clip(warm.point.size, clip_target_fraction(warm.n_rows, mu=warm.mu))
     return max(float(warm.clip) / gaussian, 1.0) ** CLIP_TAIL_POWER
 
 

@@ -125,12 +125,11 @@ def check_integer(name: str, value: Any, *, low: int = 0) -> int:
     return int(value)
 
 
-def _is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value == "auto"
-
-
 def _integer_or_auto(name: str, value: Any, *, low: int) -> int:
-    """``value`` as an int ``>= low``; the error names ``"auto"`` as accepted too."""
+    """``value`` as an int ``>= low`` (``low`` for ``"auto"``); the error names ``"auto"`` as
+    accepted too."""
+    if isinstance(value, str) and value == "auto":
+        return low
     try:
         return check_integer(name, value, low=low)
     except InvalidArgumentError:
@@ -304,9 +303,7 @@ def check_sample_arguments(
     """
     check_budget(epsilon, delta)
     check_plan(
-        draws,
-        0 if _is_auto(tune) else _integer_or_auto("tune", tune, low=0),
-        1 if _is_auto(chains) else _integer_or_auto("chains", chains, low=1),
+        draws, _integer_or_auto("tune", tune, low=0), _integer_or_auto("chains", chains, low=1)
     )
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.jax_backend
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)

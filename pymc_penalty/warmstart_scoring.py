@@ -35,6 +35,7 @@ __all__ = [
     "WARM_START_STEPS",
     "Scoring",
     "fisher_scoring",
+    "settled_clip",
     "warm_start_clips",
     "warm_start_schedule",
 ]
@@ -324,6 +325,14 @@ def _overshot(
     return slope < -(abs(last_slope) + 3.0 * float(np.linalg.norm(noise_dir)))
 
 
+def settled_clip(d: int, target: float = _AUTO_CLIP_TAIL) -> float:
+    """Where ``clip="auto"``'s gradient clip settles on Gaussian scores aiming at clipped
+    fraction ``target``: the length in the per-datapoint Fisher metric that ``target`` of
+    ``chi_d``-distributed lengths exceed, never below the start (``target`` 0.1%, the default,
+    which is the start itself: the found clip only moves down to its start)."""
+    return math.sqrt(float(stats.chi2.isf(min(target, _AUTO_CLIP_TAIL), d)))
+
+
 def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
     """Clips ``(C_gradient, C_difference)`` in the metric of the estimated per-datapoint
     Fisher information.
@@ -342,7 +351,7 @@ def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
     -------
     (float, float)
     """
-    c = math.sqrt(float(stats.chi2.isf(_AUTO_CLIP_TAIL, d))) if clip == "auto" else float(clip)
+    c = settled_clip(d) if clip == "auto" else float(clip)
     return c, math.sqrt(2.0) * c
 
 
