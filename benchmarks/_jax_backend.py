@@ -1,7 +1,7 @@
 """The JAX backend's column of the speed benchmark: the device chain ``pp.sample`` runs.
 
 What is timed is what ``pymc_penalty.sample(..., backend="jax")`` runs after tuning, through
-the same function (:func:`pymc_penalty.jax_backend.run_device_draws`): per call, one block
+the same function (:func:`pymc_penalty.backends.jax.driver.run_device_draws`): per call, one block
 committed to a :class:`~pymc_penalty.PrivacyLedger` release by release, its noise drawn on
 the host from OS entropy, its proposals and uniforms from a seeded NumPy generator, one
 jitted ``lax.scan`` on the device (per-row terms at the proposal, ratio to the cached current
@@ -49,9 +49,9 @@ class PenaltyDeviceChain:
         if reason:
             raise RuntimeError(reason)
         from pymc_penalty import PrivacyLedger
-        from pymc_penalty.jax_backend import run_device_draws
-        from pymc_penalty.jax_kernel import DeviceChain, model_function
-        from pymc_penalty.sensitivity import ClipMode, Neighbours
+        from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+        from pymc_penalty.backends.jax.driver import run_device_draws
+        from pymc_penalty.backends.jax.kernel import DeviceChain, model_function
 
         model = logistic_model(data)
         self._run = run_device_draws

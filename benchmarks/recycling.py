@@ -41,7 +41,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import logistic_model, make_logistic_data  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
-from pymc_penalty.recycling import recycled_terms  # noqa: E402
+from pymc_penalty.results.recycling import recycled_terms  # noqa: E402
 
 EPSILON, DELTA = 2.0, 1e-5
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "benchmarks"

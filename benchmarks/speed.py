@@ -495,7 +495,7 @@ def breakdown(penalty_cls, steps: int, rounds: int, seed: int = 0) -> dict[str, 
       noise generator and the two noise draws);
     - ``step_bookkeeping``: ``step.step`` with those parts replaced by constant stubs: PyMC's
       ``ArrayStepShared.step`` (point to raveled vector and back) and the rest of ``astep``
-      (the transition of :mod:`pymc_penalty.kernel` with its accept test, stats, cache key,
+      (the transition of :mod:`pymc_penalty.sampling.kernel` with its accept test, stats, cache key,
       casts around the compiled call);
     - ``sampler_loop``: ``pm.sample`` per draw with ``step.step`` replaced by a stub that
       returns the point and stats unchanged (``trace.record``, ``log_warning_stats``, the

@@ -28,10 +28,10 @@ substitute-one neighbours, three figures side by side:
 - ``E_max = sigma^2 mu^2 n / (4 k^2 d^2)`` (``../shared/DESIGN.md`` section 6) with sigma = 1,
   ``mu`` the budget's Gaussian-DP ``mu`` and ``k`` from the per-row bound ``c_w = k sqrt(d / n)``
   with ``c_w = q / sqrt(n)``, ``q`` the likelihood family's whitened-ratio quantile at the same
-  fraction (:func:`pymc_penalty.forecast.row_quantile`), so ``k = q / sqrt(d)``; shown as the
-  error it allows, ``1 / sqrt(E_max)`` (a loose ceiling: no acceptance loss, one effective
-  sample per ``d`` of squared distance); and the forecast's error for the defaults' plan
-  (:func:`pymc_penalty.forecast_utility` with the likelihood's family).
+  fraction (:func:`pymc_penalty.planning.forecast.row_quantile`), so ``k = q / sqrt(d)``;
+  shown as the error it allows, ``1 / sqrt(E_max)`` (a loose ceiling: no acceptance loss,
+  one effective sample per ``d`` of squared distance); and the forecast's error for the
+  defaults' plan (:func:`pymc_penalty.forecast_utility` with the likelihood's family).
 
 Metrics (as :func:`gauss.metrics`): ``mean_err_sd``, the RMS over coordinates of
 ``(mean - reference mean) / reference sd``; ``sd_ratio``, the geometric mean over coordinates
@@ -278,7 +278,7 @@ def run_defaults(prob: Problem, plan: Plan, epsilon: float, seed: int, quick: bo
 def run_oracle(prob: Problem, plan: Plan, epsilon: float, seed: int) -> dict:
     """The oracle-tuned penalty random walk (see the module notes), all chains at once."""
     import pymc_penalty as pp
-    from pymc_penalty.adaptation import clip_target_fraction
+    from pymc_penalty.sampling.adaptation import clip_target_fraction
 
     d, chains = prob.d, plan.chains
     rng = np.random.default_rng([seed, 77])
@@ -336,8 +336,8 @@ def run_oracle(prob: Problem, plan: Plan, epsilon: float, seed: int) -> dict:
 def limits(prob: Problem, plan: Plan, epsilon: float) -> dict:
     """E_max (DESIGN section 6) and the forecast for the defaults' plan: public quantities."""
     import pymc_penalty as pp
-    from pymc_penalty.adaptation import clip_target_fraction
-    from pymc_penalty.forecast import row_quantile
+    from pymc_penalty.planning.forecast import row_quantile
+    from pymc_penalty.sampling.adaptation import clip_target_fraction
 
     mu = pp.gdp_mu(epsilon, prob.delta)
     # c_w = q / sqrt(n) = k sqrt(d / n): DESIGN's k is the per-row quantile over sqrt(d).

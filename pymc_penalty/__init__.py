@@ -1,12 +1,10 @@
 """pymc-penalty: differentially private Bayesian inference for PyMC (the penalty algorithm)."""
 
-from pymc_penalty import audit, contamination, diagnostics
+from pymc_penalty import audit, contamination
 from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
-from pymc_penalty.api import PrivateSamplingError, finalize, sample
+from pymc_penalty.api import finalize, sample
 from pymc_penalty.audit import AuditResult, audit_releases, audit_step, audit_warm_start
-from pymc_penalty.budget import FrozenChainWarning, PrivacyBudget, RunPlan, calibrate
-from pymc_penalty.callback import BudgetExhausted, PrivacyAccountingError, PrivacyCallback
 from pymc_penalty.contamination import (
     BernoulliContamination,
     EmpiricalPrivacy,
@@ -18,21 +16,31 @@ from pymc_penalty.contamination import (
     privacy_curve,
     sample_contaminated,
 )
-from pymc_penalty.diagnostics import (
+from pymc_penalty.errors import (
+    BudgetExhausted,
     ConvergenceWarning,
-    convergence_verdict,
-    epsilon_curve,
+    FrozenChainWarning,
+    InvalidArgumentError,
+    InvalidDataError,
+    ModelNotPrivateError,
+    NotPrivateWarning,
+    PrivacyAccountingError,
+    PrivateSamplingError,
+    SamplingInterrupted,
+    UnpublishedResultWarning,
+    UtilityWarning,
 )
-from pymc_penalty.forecast import UtilityForecast, UtilityWarning, forecast_utility
-from pymc_penalty.interrupts import SamplingInterrupted
-from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.model_checks import ModelNotPrivateError
-from pymc_penalty.plots import plot_epsilon, plot_privacy
-from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_terms
-from pymc_penalty.report import attach_report, build_report
-from pymc_penalty.report_view import ReportView, report
-from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
-from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
+from pymc_penalty.planning.forecast import UtilityForecast, forecast_utility
+from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, calibrate
+from pymc_penalty.privacy.callback import PrivacyCallback
+from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.results import diagnostics
+from pymc_penalty.results.diagnostics import convergence_verdict, epsilon_curve
+from pymc_penalty.results.plots import plot_epsilon, plot_privacy
+from pymc_penalty.results.recycling import recycled_mean, recycled_summary, recycled_terms
+from pymc_penalty.results.report import attach_report, build_report
+from pymc_penalty.results.view import ReportView, report
+from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = [
     "AuditResult",

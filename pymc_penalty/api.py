@@ -18,29 +18,21 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.gdp import likelihood_mu2
-from pymc_penalty.adaptation import RW_SCALE
-from pymc_penalty.budget import (
-    NEGLIGIBLE_SHARE,
-    PrivacyBudget,
-    RunPlan,
-    available_mu,
-    calibrate,
-)
-from pymc_penalty.callback import PrivacyCallback
-from pymc_penalty.forecast import (
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import (
+    PrivateSamplingError,
+    SamplingInterrupted,
+    UnpublishedResultWarning,
     UtilityWarning,
-    forecast_run,
-    likelihood_family,
+    WarmStartRefused,
 )
-from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
-from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.model_checks import (
+from pymc_penalty.model.checks import (
     check_initvals,
     data_dependent_deterministics,
     n_datapoints,
 )
-from pymc_penalty.publish import finalize, finalize_result, step_report
-from pymc_penalty.sample_plan import (
+from pymc_penalty.planning.forecast import forecast_run, likelihood_family
+from pymc_penalty.planning.plan import (
     chain_starts,
     clip_tail,
     phase_report,
@@ -49,29 +41,27 @@ from pymc_penalty.sample_plan import (
     resolve_tune,
     resolve_warm_start,
 )
-from pymc_penalty.sensitivity import Neighbours
-from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
-from pymc_penalty.step_setup import check_step_kwargs
-from pymc_penalty.validation import check_sample_arguments
-from pymc_penalty.warmstart import (
-    WARM_START_STEPS,
-    WarmStart,
-    WarmStartRefused,
-    private_warm_start,
+from pymc_penalty.privacy.budget import (
+    NEGLIGIBLE_SHARE,
+    PrivacyBudget,
+    RunPlan,
+    available_mu,
+    calibrate,
 )
+from pymc_penalty.privacy.callback import PrivacyCallback
+from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.results.publish import finalize, finalize_result, step_report
+from pymc_penalty.sampling.adaptation import RW_SCALE
+from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
+from pymc_penalty.sampling.setup import check_step_kwargs
+from pymc_penalty.sampling.step import PenaltyMetropolis
+from pymc_penalty.validation import check_sample_arguments
+from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, private_warm_start
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
 
 #: Below this share of the ledger's budget ``mu^2``, what is left counts as nothing.
 _NEGLIGIBLE_SHARE = NEGLIGIBLE_SHARE
-
-
-class PrivateSamplingError(RuntimeError):
-    """``pm.sample`` failed; ``.privacy_report`` holds what the run had spent by then."""
-
-    def __init__(self, message: str, privacy_report: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.privacy_report = privacy_report
 
 
 #: Reasons PyMC and this package give in their own words, free of data.
@@ -114,7 +104,8 @@ def _forecast(
     model: pm.Model,
     released_rows: float | None = None,
 ) -> Any:
-    """The run's forecast (:func:`pymc_penalty.forecast.forecast_run`) from public quantities,
+    """The run's forecast (:func:`pymc_penalty.planning.forecast.forecast_run`) from public
+    quantities,
     or None where there is none (see :func:`_forecast_before_spending`); it warns nothing."""
     adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
     if adds and released_rows is None:
@@ -141,7 +132,7 @@ def _forecast(
 def _with_chains(
     plan: RunPlan, chains: int | str, warm_start: float, step_mu: float, **forecast_args: Any
 ) -> RunPlan:
-    """``plan`` with ``chains="auto"`` resolved (:func:`~pymc_penalty.sample_plan.resolve_chains`)
+    """``plan`` with ``chains="auto"`` resolved (:func:`~pymc_penalty.planning.plan.resolve_chains`)
     from the forecast of ``plan`` (4 chains); a number of chains is kept."""
     if not (isinstance(chains, str) and chains == "auto"):
         return plan
@@ -220,7 +211,7 @@ def sample(
     chains : int or "auto", default "auto"
         As in ``pm.sample``; every chain is paid for. ``"auto"``: 4, or 8 after a warm start
         when the forecast for 4 chains is at least 2 and below 20 effective draws
-        (``pymc_penalty.sample_plan.resolve_chains``). Each chain starts at its own draw from
+        (``pymc_penalty.planning.plan.resolve_chains``). Each chain starts at its own draw from
         the warm start's approximation, and more chains sharing the budget add less
         random-walk error to the pooled mean (logistic regression, n = 1e5, epsilon 1: RMS
         error 0.34 sd with 4 chains, 0.27 with 8); at smaller forecasts the warm start is
@@ -280,7 +271,7 @@ def sample(
     backend : {"pymc", "jax"}, default "pymc"
         ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
         draws run on a JAX device in jitted blocks, with the same releases, noise source,
-        ledger and report (:mod:`pymc_penalty.jax_backend`).
+        ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
 
@@ -300,8 +291,8 @@ def sample(
     model = pm.modelcontext(model)
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
-    if backend == "jax":  # draws on a JAX device: pymc_penalty.jax_backend
-        from pymc_penalty.jax_backend import check_jax_backend, sample_on_device
+    if backend == "jax":  # draws on a JAX device: pymc_penalty.backends.jax.driver
+        from pymc_penalty.backends.jax.driver import check_jax_backend, sample_on_device
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed

@@ -19,7 +19,7 @@ import pymc as pm
 
 from pymc_penalty.api import sample
 from pymc_penalty.datasets import load_screening
-from pymc_penalty.report_view import report
+from pymc_penalty.results.view import report
 
 __all__ = ["main"]
 

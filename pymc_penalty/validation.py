@@ -1,4 +1,4 @@
-"""Argument and data validation for every public entry point, before anything is spent.
+"""Argument validation for every public entry point, before anything is spent.
 
 One module, so that a bad argument is refused with the same message wherever it is passed:
 :func:`pymc_penalty.sample`, :class:`~pymc_penalty.PenaltyMetropolis`, :func:`calibrate`, the
@@ -7,13 +7,10 @@ accounting functions, :func:`forecast_utility`, :func:`private_warm_start`,
 they compile a graph, open a ledger or charge it.
 
 Messages name the argument and the accepted range or type. They may quote the value of an
-*argument* (a budget, a number of draws: the caller's own settings) but never data: the data
-checks (:func:`check_model_data`) name the variable or container only, never a value, a row,
-how many rows are wrong, or ``n``.
-
-Refusing data is itself an answer about the data (one bit: the table has an invalid row). It
-is given to the party that holds the data and runs the analysis, before any release, just as
-PyMC refuses NaN in ``pm.Data``; it never reaches a published result.
+*argument* (a budget, a number of draws: the caller's own settings) but never data. This
+module reads arguments only: checks of a model and its data are the model gate's
+(:mod:`pymc_penalty.model.checks`), so the pure accounting layer that uses these checkers
+sits below the gate.
 """
 
 from __future__ import annotations
@@ -26,36 +23,22 @@ from typing import Any
 
 import numpy as np
 
+from pymc_penalty.errors import InvalidArgumentError
+
 __all__ = [
     "CLIP_AUTO",
-    "InvalidArgumentError",
     "NEIGHBOUR_NAMES",
-    "InvalidDataError",
     "check_budget",
     "check_choice",
     "check_clip",
     "check_integer",
     "check_ledger",
-    "check_model_data",
     "check_plan",
     "check_real",
     "check_sample_arguments",
     "check_share",
     "check_step_arguments",
 ]
-
-
-class InvalidArgumentError(ValueError, TypeError):
-    """An argument has the wrong type or lies outside its accepted range.
-
-    A subclass of both :class:`ValueError` and :class:`TypeError`, so ``except ValueError``
-    written against earlier versions still catches it.
-    """
-
-
-class InvalidDataError(ValueError):
-    """The data cannot be analysed: a NaN or infinite value, or a value outside the
-    likelihood's support. The message names the variable, never a value or a row."""
 
 
 def _interval(low: float, high: float, low_open: bool, high_open: bool) -> str:
@@ -204,7 +187,7 @@ def check_clip(clip: Any, *, allow_none: bool = False, allow_auto: bool = True) 
     return check_real("clip", clip, low=0.0, low_open=True)
 
 
-#: Accepted ``neighbours`` values (:class:`~pymc_penalty.sensitivity.Neighbours`).
+#: Accepted ``neighbours`` values (:class:`~pymc_penalty.accounting.sensitivity.Neighbours`).
 NEIGHBOUR_NAMES = ("substitute", "add_remove")
 _CLIP_MODES = ("distance", "metric", "constant", "lipschitz")
 
@@ -305,7 +288,7 @@ def check_sample_arguments(
     check_plan(
         draws, _integer_or_auto("tune", tune, low=0), _integer_or_auto("chains", chains, low=1)
     )
-    check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.jax_backend
+    check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.backends.jax.driver
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)
@@ -338,89 +321,3 @@ def check_sample_arguments(
 # --------------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------------
-
-
-def _container_name(model: Any, var: Any) -> str:
-    for rv in model.observed_RVs:
-        if model.rvs_to_values[rv] is var:
-            return f"observed variable `{rv.name}`"
-    return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
-
-
-# Likelihoods whose support, whatever their parameters, is the non-negative integers (and
-# {0, 1} for the Bernoulli). Only such parameter-free supports are checked: a support set by
-# the model's parameters or constants (``Uniform(0, t)``) would let whoever writes the model
-# learn, for free and exactly, whether some record passes a threshold of their choosing
-# (refusals spend nothing). Records outside a parameter-dependent support are not refused:
-# their ratio is clipped at -B and counted in the noisy clipped count, privately.
-_COUNT_LIKELIHOODS = {
-    "BernoulliRV": 1,
-    "BinomialRV": None,
-    "BetaBinomialRV": None,
-    "PoissonRV": None,
-    "NegativeBinomialRV": None,
-    "GeometricRV": None,
-    "CategoricalRV": None,
-    "MultinomialRV": None,
-    "DirichletMultinomialRV": None,
-}
-
-
-def check_model_data(model: Any) -> None:
-    """Refuse data that cannot be analysed, before anything is compiled for sampling.
-
-    Checks that depend on the data only, never on anything the model's author chooses, so a
-    refusal cannot be steered to probe records (it tells the data holder one fixed fact about
-    their table); each names the variable and never a value, a row or a count:
-
-    1. every observed value, every ``pm.Data`` container and every NumPy array written into an
-       observed variable's graph is finite (no NaN, no inf);
-    2. observed values of count likelihoods (Bernoulli, binomial, Poisson, negative binomial,
-       geometric, categorical, multinomial) are non-negative integers (0 or 1 for Bernoulli).
-
-    Raises
-    ------
-    InvalidDataError
-    """
-    from pytensor.graph.basic import Constant
-
-    from pymc_penalty.locality import array_value
-    from pymc_penalty.model_checks import _ancestors, data_sources
-
-    for var in data_sources(model):
-        value = array_value(var)
-        if value is None or value.dtype.kind not in "biufc":
-            continue
-        if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-            raise InvalidDataError(
-                f"The {_container_name(model, var)} holds NaN or infinite values: every value "
-                "must be finite. Drop or impute those rows before the analysis (outside the "
-                "model: imputation inside it reads other rows)."
-            )
-    for rv in model.observed_RVs:
-        for var in _ancestors([rv], through_shapes=False):
-            if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
-                value = np.asarray(var.data)
-                if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-                    raise InvalidDataError(
-                        f"An array read by the observed variable `{rv.name}` holds NaN or "
-                        "infinite values: every covariate must be finite. Drop or impute those "
-                        "rows before the analysis."
-                    )
-        family = type(rv.owner.op).__name__
-        if family not in _COUNT_LIKELIHOODS:
-            continue
-        value = array_value(model.rvs_to_values[rv])
-        if value is None:  # computed in the graph: not checked here (the gate decides)
-            continue
-        upper = _COUNT_LIKELIHOODS[family]
-        ok = np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
-        if upper is not None:
-            ok = ok and np.all(value <= upper)
-        if not bool(ok):
-            allowed = "0 or 1" if upper == 1 else "non-negative integers"
-            raise InvalidDataError(
-                f"The observed variable `{rv.name}` has values outside the support of its "
-                f"{family.removesuffix('RV')} distribution: they must be {allowed}. Check the "
-                "data's coding before the analysis."
-            )

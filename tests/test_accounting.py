@@ -17,7 +17,6 @@ import pytest
 from pymc_penalty import accounting as acc
 from pymc_penalty.accounting import (
     ComposedReleases,
-    DegenerateDeltaWarning,
     GaussianRelease,
     GDPAccountant,
     RepeatedRelease,
@@ -34,6 +33,7 @@ from pymc_penalty.accounting import (
     plan_releases,
     theorem1_schedule,
 )
+from pymc_penalty.errors import DegenerateDeltaWarning
 
 dpa = pytest.importorskip("dp_accounting")
 from dp_accounting.pld import PLDAccountant  # noqa: E402
@@ -489,8 +489,8 @@ def test_a_ledger_grants_every_calibrated_release(n):
 
 def test_one_calibration_behind_both_names():
     import pymc_penalty as pp
-    from pymc_penalty import budget
     from pymc_penalty.accounting import calibration
+    from pymc_penalty.privacy import budget
 
     assert pp.calibrate is budget.calibrate is calibration.calibrate
     assert pp.RunPlan is budget.RunPlan is calibration.RunPlan

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_penalty.adaptation import ClipAdapter, ProposalAdapter
+from pymc_penalty.sampling.adaptation import ClipAdapter, ProposalAdapter
 
 
 def _learned_cov(ad: ProposalAdapter) -> np.ndarray:
@@ -145,7 +145,7 @@ def test_clip_finds_a_target_the_counts_cannot_resolve(start_factor, heavy):
     # Aiming at the resolution left the clip clipping 2.8 times the target (median of 20 seeds:
     # simulated with the previous rule); probing at a resolvable fraction and extrapolating
     # reaches it (median 1.0 Gaussian, 1.3 Student-t(5); clip within 0.84-1.13 of the ideal).
-    from pymc_penalty.adaptation import clip_target_fraction
+    from pymc_penalty.sampling.adaptation import clip_target_fraction
 
     n, sd = 100_000, 190.0
     target = clip_target_fraction(n)
@@ -168,7 +168,7 @@ def test_a_clip_that_holds_never_probes_below_its_start(heavy):
     # start (a probe clips ~1% on purpose: a bias that moved noise-limited chains by 2 sd),
     # and still move up when the rows' tail is heavier (Student-t(5)). Must-fail control: the
     # probing adapter, fed the same Gaussian counts, goes below its start.
-    from pymc_penalty.adaptation import clip_target_fraction
+    from pymc_penalty.sampling.adaptation import clip_target_fraction
 
     n, sd = 100_000, 190.0
     target = clip_target_fraction(n)

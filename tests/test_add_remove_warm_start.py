@@ -19,9 +19,9 @@ import pytest
 from pymc_penalty import PrivacyLedger, UtilityWarning, sample
 from pymc_penalty.accounting import gdp_epsilon, gdp_mu
 from pymc_penalty.accounting.gdp import likelihood_mu2
-from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
-from pymc_penalty.forecast import forecast_run
-from pymc_penalty.ledger import PrivacyLedger as _Ledger
+from pymc_penalty.planning.forecast import forecast_run
+from pymc_penalty.privacy.ledger import PrivacyLedger as _Ledger
+from pymc_penalty.sampling.adaptation.clip import clip_target_fraction, starting_clip
 from pymc_penalty.warmstart import WARM_START_STEPS
 
 QUIET = {"progressbar": False, "compute_convergence_checks": False, "cores": 1}

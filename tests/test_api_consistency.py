@@ -13,13 +13,13 @@ import pytest
 
 import pymc_penalty as pp
 from pymc_penalty.accounting import (
-    DegenerateDeltaWarning,
     classical_gaussian_epsilon,
     gdp_delta,
     gdp_epsilon,
     gdp_mu,
     zcdp_epsilon,
 )
+from pymc_penalty.errors import DegenerateDeltaWarning
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning"),

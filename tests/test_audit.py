@@ -294,11 +294,13 @@ def test_warm_start_audits_below_its_claim():
     assert result.claimed_mu == pytest.approx(1.0)
     check_sound(result)
     assert {o.name for o in result.outputs} >= {"point", "covariance"}
-    # The compile-once memoisation is undone afterwards.
-    from pymc_penalty import likelihood, model_checks, warmstart
+    # Compiled once per model by injection (prepare_warm_start), never by swapping the
+    # warm start module's globals.
+    from pymc_penalty import warmstart
+    from pymc_penalty.model import checks, likelihood
 
     assert warmstart.PenaltyLikelihood is likelihood.PenaltyLikelihood
-    assert warmstart.validate_model is model_checks.validate_model
+    assert warmstart.validate_model is checks.validate_model
 
 
 # --- the broken control --------------------------------------------------------------------

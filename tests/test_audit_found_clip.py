@@ -27,7 +27,7 @@ import pymc as pm
 import pytest
 
 from pymc_penalty import audit as pa
-from pymc_penalty import warmstart_scoring
+from pymc_penalty.warmstart import scoring as warmstart_scoring
 
 #: Rows of the data set: bounded, so that no row is clipped where the metric is right.
 Y_UNIFORM = np.random.default_rng(3).uniform(-1.0, 1.0, size=2000)

@@ -5,7 +5,7 @@ import pymc as pm
 import pytest
 
 from pymc_penalty import PenaltyMetropolis, RunPlan
-from pymc_penalty.adaptation import clip_target_fraction, starting_clip
+from pymc_penalty.sampling.adaptation import clip_target_fraction, starting_clip
 
 
 def _logistic(n: int, seed: int = 0):

@@ -194,8 +194,8 @@ def check_warm_start_error(res: dict) -> None:
 
 def check_utility_table(res: dict) -> None:
     from pymc_penalty.accounting import gdp_mu
-    from pymc_penalty.adaptation import clip_target_fraction
-    from pymc_penalty.forecast import row_quantile
+    from pymc_penalty.planning.forecast import row_quantile
+    from pymc_penalty.sampling.adaptation import clip_target_fraction
 
     assert res["cells"] and res["plan"]["draws"] > 0
     for key, row in res["cells"].items():

@@ -3,7 +3,7 @@
 After a warm start the found clip starts at its Gaussian-tail value and only rises; where the
 rows' ratios have heavier tails, ``pymc_penalty.sample`` now starts it higher by the warm
 start's own found gradient clip over that clip's Gaussian start, to the 0.75th power
-(:func:`pymc_penalty.sample_plan.clip_tail`; released values only). Measured in
+(:func:`pymc_penalty.planning.plan.clip_tail`; released values only). Measured in
 ``sample_plan.CLIP_TAIL_POWER``'s comment; here the rule, its plumbing and its checks.
 """
 
@@ -16,9 +16,9 @@ from scipy import stats
 
 import pymc_penalty as pp
 import pymc_penalty.api as api
-from pymc_penalty import sample_plan
-from pymc_penalty.adaptation import clip_target_fraction, starting_clip
-from pymc_penalty.validation import InvalidArgumentError
+from pymc_penalty.errors import InvalidArgumentError
+from pymc_penalty.planning import plan as sample_plan
+from pymc_penalty.sampling.adaptation import clip_target_fraction, starting_clip
 from pymc_penalty.warmstart import WarmStart, warm_start_clips
 
 QUIET = dict(cores=1, progressbar=False, compute_convergence_checks=False)

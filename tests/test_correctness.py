@@ -15,9 +15,9 @@ import pytest
 from conftest import _mcse, posterior_check, thinned
 from scipy import stats
 
-import pymc_penalty.step as step_module
+import pymc_penalty.sampling.step as step_module
 from pymc_penalty import PenaltyMetropolis
-from pymc_penalty.kernel import transition
+from pymc_penalty.sampling.kernel import transition
 
 SAMPLE_KWARGS = dict(
     draws=4000, tune=1000, chains=4, cores=1, progressbar=False, compute_convergence_checks=False

@@ -16,9 +16,9 @@ import pytest  # noqa: E402
 from conftest import leaked_strings  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
-from pymc_penalty import diagnostics  # noqa: E402
 from pymc_penalty.accounting import gdp_epsilon  # noqa: E402
-from pymc_penalty.report import REPORT_KEYS  # noqa: E402
+from pymc_penalty.results import diagnostics  # noqa: E402
+from pymc_penalty.results.report import REPORT_KEYS  # noqa: E402
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 # ArviZ 0.23 calls a Matplotlib API deprecated in 3.11 (not ours).
@@ -105,7 +105,7 @@ def test_epsilon_curve_ends_at_the_reported_epsilon(idata):
     # Each chain alone spends less than both together (sqrt(2) times the mu).
     assert np.all(curve.per_chain[:, -1] < curve.total[-1])
     # The plotted "all chains" line ends at the report's epsilon.
-    ax = diagnostics.plot_epsilon(idata)
+    ax = pp.plot_epsilon(idata)
     (line,) = [ln for ln in ax.lines if ln.get_label() == "all chains"]
     assert line.get_ydata()[-1] == pytest.approx(idata.attrs["dp_epsilon"], rel=1e-9)
     plt.close("all")
@@ -123,13 +123,13 @@ def test_without_tuning_draws_the_curve_still_counts_tuning_and_says_so(model):
     # Without the tuning lump the last point would be the kept draws' epsilon alone.
     mu2 = float(np.sum(short.sample_stats["dp_mu"].values ** 2))
     assert gdp_epsilon(mu=math.sqrt(mu2), delta=short.attrs["dp_delta"]) < 0.95 * curve.total[-1]
-    ax = diagnostics.plot_epsilon(short)
+    ax = pp.plot_epsilon(short)
     assert "not stored" in ax.get_title()
     plt.close("all")
 
 
 def test_plot_privacy_shows_the_released_statistics(idata):
-    fig = diagnostics.plot_privacy(idata)
+    fig = pp.plot_privacy(idata)
     assert len(fig.axes) == 4
     noise_ax = fig.axes[1]
     expected = np.concatenate(

@@ -14,9 +14,10 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from pymc_penalty.distributed import Owner, OwnerError, OwnerPool  # noqa: E402
-from pymc_penalty.ledger import PrivacyLedger  # noqa: E402
-from pymc_penalty.likelihood import PenaltyLikelihood  # noqa: E402
+from pymc_penalty.distributed import Owner, OwnerPool  # noqa: E402
+from pymc_penalty.errors import OwnerError
+from pymc_penalty.model.likelihood import PenaltyLikelihood  # noqa: E402
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

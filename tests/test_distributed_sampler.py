@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("distributed")
 
 import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.accounting.sensitivity import Neighbours  # noqa: E402
 from pymc_penalty.distributed import (  # noqa: E402
     DistributedSamplingError,
     Owner,
@@ -25,8 +26,7 @@ from pymc_penalty.distributed import (  # noqa: E402
     owner_noise,
 )
 from pymc_penalty.distributed import sample as dsample  # noqa: E402
-from pymc_penalty.ledger import PrivacyLedger  # noqa: E402
-from pymc_penalty.sensitivity import Neighbours  # noqa: E402
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

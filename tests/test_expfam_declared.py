@@ -9,11 +9,8 @@ from conftest import leaked_strings, posterior_check
 from scipy import stats
 
 from pymc_penalty import ModelNotPrivateError
-from pymc_penalty.variants import (
-    DeclarationMismatchError,
-    ExpFamPenaltyMetropolis,
-    SufficientStatistic,
-)
+from pymc_penalty.errors import DeclarationMismatchError
+from pymc_penalty.variants import ExpFamPenaltyMetropolis, SufficientStatistic
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 K = 2.0  # Weibull shape, known

@@ -12,9 +12,9 @@ from scipy.stats import norm
 
 from pymc_penalty import PrivacyLedger, UtilityWarning, sample
 from pymc_penalty.accounting import gdp_mu
-from pymc_penalty.adaptation import clip_target_fraction
-from pymc_penalty.forecast import forecast_utility, likelihood_family, row_quantile
-from pymc_penalty.validation import InvalidArgumentError
+from pymc_penalty.errors import InvalidArgumentError
+from pymc_penalty.planning.forecast import forecast_utility, likelihood_family, row_quantile
+from pymc_penalty.sampling.adaptation import clip_target_fraction
 
 
 def test_forecast_is_the_closed_form_of_the_budget_distance():

@@ -19,13 +19,13 @@ import pytest
 import xarray as xr
 
 from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis, PrivacyLedger
-from pymc_penalty.model_checks import (
+from pymc_penalty.model.checks import (
     carries_records,
     data_dependent_variables,
     data_dims,
     validate_model,
 )
-from pymc_penalty.report import attach_report
+from pymc_penalty.results.report import attach_report
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 N = 120
@@ -342,7 +342,7 @@ def test_an_invalid_covariate_moves_only_its_own_term():
     """PyMC checks parameters over all rows at once (one invalid exposure would set every
     term to -inf); the step's terms check row by row, so the clipped sums of two neighbours,
     one with an invalid record, differ by at most the claimed sensitivity 2B."""
-    from pymc_penalty.likelihood import PenaltyLikelihood
+    from pymc_penalty.model.likelihood import PenaltyLikelihood
 
     exposure = np.abs(X[:, 0]) + 0.5
     bad = exposure.copy()
@@ -648,7 +648,7 @@ def test_data_swapped_to_another_shape_after_the_step_is_built_is_refused_before
     """The gate ran on the construction-time layout: pm.set_data to another shape (here a
     second covariate column the checks never saw) is refused before any release, and a
     same-shape swap (the usual prediction idiom) still samples."""
-    from pymc_penalty.likelihood import DataChangedError
+    from pymc_penalty.errors import DataChangedError
 
     with pm.Model():
         xd = pm.Data("xd", X[:, 0])

@@ -3,7 +3,8 @@ process group, as a terminal does (the run and, with ``cores=2``, its workers).
 
 Before the fix, ``pm.sample`` swallowed the interrupt: with ``cores=1`` the next chain started
 and spent the rest of the plan, and the run returned as if nothing had happened. Now every
-chain stops, the run raises :class:`~pymc_penalty.interrupts.SamplingInterrupted` saying what
+chain stops, the run raises :class:`~pymc_penalty.sampling.interrupts.SamplingInterrupted` saying
+what
 was spent (public figures only), and the ledger file is consistent.
 """
 

@@ -25,9 +25,9 @@ from conftest import _mcse  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty import ModelNotPrivateError, PrivacyLedger  # noqa: E402
-from pymc_penalty.jax_backend import run_device_draws  # noqa: E402
-from pymc_penalty.jax_kernel import DeviceChain, model_function  # noqa: E402
-from pymc_penalty.sensitivity import ClipMode, Neighbours  # noqa: E402
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours  # noqa: E402
+from pymc_penalty.backends.jax.driver import run_device_draws  # noqa: E402
+from pymc_penalty.backends.jax.kernel import DeviceChain, model_function  # noqa: E402
 from pymc_penalty.validation import InvalidArgumentError  # noqa: E402
 
 N = 2000
@@ -205,8 +205,8 @@ def test_one_device_step_matches_the_default_paths_compiled_likelihood(variadic,
     """Clip bound, clipped sum, clipped count and penalty test against PenaltyLikelihood (the
     default path's compiled function), with outliers clipped on both sides; with two
     reductions and with the one variadic reduction used for many rows."""
-    from pymc_penalty import jax_kernel
-    from pymc_penalty.likelihood import PenaltyLikelihood
+    from pymc_penalty.backends.jax import kernel as jax_kernel
+    from pymc_penalty.model.likelihood import PenaltyLikelihood
 
     if variadic:
         monkeypatch.setattr(jax_kernel, "VARIADIC_REDUCE_ROWS", 0)

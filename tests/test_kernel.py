@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_penalty.adaptation import ProposalAdapter
-from pymc_penalty.kernel import (
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.privacy.mechanism import clip_bound, l2_sensitivity
+from pymc_penalty.sampling.adaptation import ProposalAdapter
+from pymc_penalty.sampling.kernel import (
     clip_count_noise_sd,
     penalised_log_ratio,
     penalty_decision,
     split_step_mu,
 )
-from pymc_penalty.mechanism import clip_bound, l2_sensitivity
-from pymc_penalty.sensitivity import ClipMode, Neighbours
 
 
 def test_penalty_subtracts_half_the_noise_variance():

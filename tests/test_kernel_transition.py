@@ -1,4 +1,4 @@
-"""The one penalty transition (:func:`pymc_penalty.kernel.transition`) with fake releases.
+"""The one penalty transition (:func:`pymc_penalty.sampling.kernel.transition`) with fake releases.
 
 No PyMC and no model: the release is a function of a known exact difference ``d`` and Gaussian
 noise, so the kernel's acceptance probability can be compared with its closed form.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from pymc_penalty.kernel import (
+from pymc_penalty.sampling.kernel import (
     INFO_STATS,
     PenaltyState,
     Release,
@@ -167,7 +167,7 @@ def test_one_stats_schema():
 
 
 def test_every_step_declares_the_transition_statistics():
-    from pymc_penalty.step import PenaltyMetropolis
+    from pymc_penalty.sampling.step import PenaltyMetropolis
     from pymc_penalty.variants import ExpFamPenaltyMetropolis, MultiOwnerPenaltyMetropolis
 
     for cls in (PenaltyMetropolis, MultiOwnerPenaltyMetropolis, ExpFamPenaltyMetropolis):

@@ -22,7 +22,8 @@ import pytest
 
 
 def _light_import_in_workers() -> None:
-    """In a spawned or forkserver worker, import ``pymc_penalty.ledger`` without the package.
+    """In a spawned or forkserver worker, import ``pymc_penalty.privacy.ledger`` without the
+    package.
 
     ``pymc_penalty/__init__`` imports PyMC, which takes seconds per worker process; the ledger
     needs only the standard library. The test process itself imports the package normally.
@@ -44,7 +45,7 @@ def _light_import_in_workers() -> None:
 
 _light_import_in_workers()
 
-from pymc_penalty.ledger import PrivacyLedger  # noqa: E402
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 
 START_METHODS = ["fork", "forkserver", "spawn"]
 JOIN_TIMEOUT = 120.0
@@ -520,7 +521,7 @@ def test_garbage_collection_returns_the_chunk(tmp_path):
 
 
 def _child_creates_and_exits(parent_path, conn):
-    from pymc_penalty import ledger as module
+    from pymc_penalty.privacy import ledger as module
 
     own = PrivacyLedger(1.0)
     assert own.try_spend(0.5)
@@ -606,8 +607,8 @@ def test_importing_the_ledger_installs_no_process_hook():
         sys.modules["pymc_penalty"] = package  # the ledger without PyMC, as workers do
         import multiprocessing.util  # registers its own exit function when imported
         before = atexit._ncallbacks()
-        import pymc_penalty._ledger_hooks as hooks
-        import pymc_penalty.ledger as ledger
+        import pymc_penalty.privacy.ledger.hooks as hooks
+        import pymc_penalty.privacy.ledger as ledger
         assert atexit._ncallbacks() == before and not hooks._INSTALLED, "hook at import"
         first = ledger.PrivacyLedger(1.0)
         assert atexit._ncallbacks() == before + 1 and hooks._INSTALLED, "no hook with a ledger"

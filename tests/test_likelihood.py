@@ -13,13 +13,13 @@ import pytest
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.tensor.elemwise import Elemwise
 
-from pymc_penalty.likelihood import (
+from pymc_penalty.model.likelihood import (
     PenaltyLikelihood,
     clipped_ratio_sum,
     per_datapoint_terms,
     step_mode,
 )
-from pymc_penalty.rewrites import (
+from pymc_penalty.model.rewrites import (
     BRANCHLESS_SIGN_SWITCH,
     LIFT_UNARY_THROUGH_SWITCH,
     VECTORISED_SOFTPLUS,

@@ -1,4 +1,5 @@
-"""The one mechanism (pymc_penalty.mechanism.release_noise) against independent computations."""
+"""The one mechanism (pymc_penalty.privacy.mechanism.release_noise) against independent
+computations."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pymc_penalty.mechanism import release_noise
-from pymc_penalty.sensitivity import ClipMode, Neighbours
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.privacy.mechanism import release_noise
 
 CASES = [
     (ClipMode.CONSTANT, Neighbours.SUBSTITUTE, 2.0, 0.3, 2.0, 4.0),

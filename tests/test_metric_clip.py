@@ -7,8 +7,8 @@ import pymc as pm
 import pytest
 
 from pymc_penalty import PenaltyMetropolis, finalize
-from pymc_penalty.mechanism import clip_bound
-from pymc_penalty.sensitivity import ClipMode, step_length
+from pymc_penalty.accounting.sensitivity import ClipMode, step_length
+from pymc_penalty.privacy.mechanism import clip_bound
 
 
 def _clipped_fractions(

@@ -59,14 +59,15 @@ def test_three_owners_target_the_exact_posterior():
 
 def test_checks_have_power_with_a_single_owner_penalty(monkeypatch):
     """Subtracting only sigma^2/2 (one owner's share) instead of N sigma^2/2 must be caught."""
-    import pymc_penalty.kernel as kernel_mod
+    import pymc_penalty.sampling.kernel as kernel_mod
 
     original = kernel_mod.penalised_log_ratio
 
     def one_owner_penalty(d_hat, noise_var, log_prior_ratio, **kwargs):
         return original(d_hat, noise_var / 3.0, log_prior_ratio, **kwargs)
 
-    # Every step shares the one transition (pymc_penalty.kernel), which calls this function.
+    # Every step shares the one transition (pymc_penalty.sampling.kernel), which calls this
+    # function.
     monkeypatch.setattr(kernel_mod, "penalised_log_ratio", one_owner_penalty)
     idata, post = run_owners(1.2, seed=302, draws=12000)
     ok, msg = posterior_check(idata.posterior["m"].values, post.cdf, post.mean())

@@ -29,7 +29,7 @@ from pymc_penalty import (
     attach_report,
     build_report,
 )
-from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.model.likelihood import PenaltyLikelihood
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")

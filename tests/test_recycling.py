@@ -14,7 +14,7 @@ from conftest import _mcse
 from scipy import stats
 
 from pymc_penalty import PenaltyMetropolis
-from pymc_penalty.recycling import (
+from pymc_penalty.results.recycling import (
     ProposalMap,
     recycle,
     recycled_mean,

@@ -35,10 +35,10 @@ import pytest
 import pymc_penalty as pp
 from pymc_penalty import ModelNotPrivateError, PenaltyMetropolis
 from pymc_penalty import audit as pa
-from pymc_penalty.clip_adaptation import clip_target_fraction, starting_clip
-from pymc_penalty.kernel import split_step_mu
-from pymc_penalty.model_checks import validate_model
-from pymc_penalty.validation import InvalidDataError
+from pymc_penalty.errors import InvalidDataError
+from pymc_penalty.model.checks import validate_model
+from pymc_penalty.sampling.adaptation.clip import clip_target_fraction, starting_clip
+from pymc_penalty.sampling.kernel import split_step_mu
 from tests.conftest import leaked_strings
 
 N = 40

@@ -14,8 +14,8 @@ from conftest import leaked_strings
 import pymc_penalty
 from pymc_penalty import PrivacyBudget, PrivacyLedger, PrivateSamplingError
 from pymc_penalty.api import _NEGLIGIBLE_SHARE
-from pymc_penalty.likelihood import PenaltyLikelihood
-from pymc_penalty.report import REPORT_KEYS
+from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.results.report import REPORT_KEYS
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
@@ -155,7 +155,7 @@ def test_budget_exhausted_before_any_chain_finished_tuning_still_reports(
 ):
     """A plan that overspends (as if another analysis shared the ledger meanwhile): the
     ledger stops it inside the first chain's tuning and PyMC has no trace to build."""
-    import pymc_penalty.step as step_module
+    import pymc_penalty.sampling.step as step_module
 
     # pp.sample's step calibrates itself (the one calibration path).
     calibrate = step_module.calibrate

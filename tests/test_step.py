@@ -302,7 +302,7 @@ def test_data_dependent_deterministic_warns():
 
 
 def test_likelihood_errors_do_not_leak_data(normal_model):
-    from pymc_penalty.likelihood import LikelihoodEvaluationError
+    from pymc_penalty.errors import LikelihoodEvaluationError
 
     with normal_model:
         step = PenaltyMetropolis(noise_sd=1.0)
@@ -355,8 +355,8 @@ def test_a_false_lipschitz_claim_is_clipped_and_counted():
 
 
 def test_lipschitz_sensitivity_uses_the_l1_norm():
-    from pymc_penalty.mechanism import clip_bound
-    from pymc_penalty.sensitivity import ClipMode, step_length
+    from pymc_penalty.accounting.sensitivity import ClipMode, step_length
+    from pymc_penalty.privacy.mechanism import clip_bound
 
     diff = np.array([0.3, -0.4, 0.0])
     assert step_length(ClipMode.LIPSCHITZ, diff) == pytest.approx(0.7)

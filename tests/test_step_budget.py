@@ -17,7 +17,7 @@ import pymc as pm
 import pytest
 
 import pymc_penalty as pp
-import pymc_penalty.step as step_module
+import pymc_penalty.sampling.step as step_module
 from pymc_penalty import (
     FrozenChainWarning,
     NotPrivateWarning,

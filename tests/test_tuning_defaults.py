@@ -10,8 +10,8 @@ import pytest
 
 import pymc_penalty as pp
 import pymc_penalty.api as api
-import pymc_penalty.sample_plan as sample_plan
-from pymc_penalty.validation import InvalidArgumentError
+import pymc_penalty.planning.plan as sample_plan
+from pymc_penalty.errors import InvalidArgumentError
 from pymc_penalty.warmstart import WarmStart
 
 

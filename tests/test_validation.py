@@ -23,8 +23,7 @@ import pytest
 import pymc_penalty as pp
 from pymc_penalty import PenaltyMetropolis, PrivacyBudget, PrivacyLedger, RunPlan
 from pymc_penalty.accounting import calibrate_step_mu, gdp_delta, plan_releases
-from pymc_penalty.model_checks import ModelNotPrivateError
-from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
+from pymc_penalty.errors import InvalidArgumentError, InvalidDataError, ModelNotPrivateError
 from pymc_penalty.warmstart import private_warm_start
 
 pytestmark = [

@@ -11,13 +11,9 @@ from scipy import optimize, stats
 
 import pymc_penalty as pp
 from pymc_penalty import PrivacyLedger
-from pymc_penalty.likelihood import PenaltyLikelihood
-from pymc_penalty.warmstart import (
-    WARM_START_STEPS,
-    WarmStartRefused,
-    private_warm_start,
-    warm_start_schedule,
-)
+from pymc_penalty.errors import WarmStartRefused
+from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_start_schedule
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 QUIET = dict(progressbar=False, compute_convergence_checks=False)

@@ -17,7 +17,7 @@ import pymc as pm
 import pytest
 
 import pymc_penalty as pp
-import pymc_penalty.warmstart_releases as releases
+import pymc_penalty.warmstart.releases as releases
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.warmstart import private_warm_start
 

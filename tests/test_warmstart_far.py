@@ -18,7 +18,7 @@ import pytest
 from conftest import SpendRecorder
 
 import pymc_penalty as pp
-import pymc_penalty.warmstart_scoring as scoring
+import pymc_penalty.warmstart.scoring as scoring
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_start_schedule
 

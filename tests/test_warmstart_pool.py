@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from test_warmstart_releases import _gauss  # the anisotropic Gaussian, exact posterior
 
-import pymc_penalty.warmstart_scoring as scoring_module
-from pymc_penalty.sensitivity import Neighbours
+import pymc_penalty.warmstart.scoring as scoring_module
+from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.warmstart import fisher_scoring, warm_start_schedule
-from pymc_penalty.warmstart_scoring import _pool_curvature, _pooled_curvature, _Release
+from pymc_penalty.warmstart.scoring import _pool_curvature, _pooled_curvature, _Release
 
 D = 4
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import pymc_penalty.clip_adaptation as clip_adaptation
-from pymc_penalty.clip_adaptation import clip_target_fraction
-from pymc_penalty.sensitivity import Neighbours
+import pymc_penalty.sampling.adaptation.clip as clip_adaptation
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.sampling.adaptation.clip import clip_target_fraction
 from pymc_penalty.warmstart import fisher_scoring, warm_start_clips, warm_start_schedule
-from pymc_penalty.warmstart_releases import (
+from pymc_penalty.warmstart.releases import (
     LOG_CLIP,
     clipped_count,
     clipped_whitened,

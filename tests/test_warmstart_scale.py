@@ -19,7 +19,7 @@ from conftest import SpendRecorder
 from scipy import optimize
 
 import pymc_penalty as pp
-import pymc_penalty.warmstart_scoring as scoring
+import pymc_penalty.warmstart.scoring as scoring
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.warmstart import private_warm_start, split_point, warm_start_schedule
 

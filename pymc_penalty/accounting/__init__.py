@@ -64,7 +64,6 @@ from pymc_penalty.accounting.events import (
     RepeatedRelease,
 )
 from pymc_penalty.accounting.gdp import (
-    DegenerateDeltaWarning,
     clip_count_noise_sd,
     compose_mu,
     compose_mu2,
@@ -77,6 +76,7 @@ from pymc_penalty.accounting.gdp import (
     step_mu_of_release,
 )
 from pymc_penalty.accounting.theorem1 import Theorem1Schedule, theorem1_schedule
+from pymc_penalty.errors import DegenerateDeltaWarning
 
 __all__ = [
     "ComposedReleases",

@@ -17,8 +17,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit
 
-from pymc_penalty.accounting._validation import _choice, _integer, _real
 from pymc_penalty.accounting.gdp import _gdp_epsilon, _gdp_mu
+from pymc_penalty.validation import check_choice, check_integer, check_real
 
 __all__ = [
     "advanced_composition",
@@ -59,8 +59,8 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     float
         ``epsilon``.
     """
-    rho = _real("rho", rho, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    rho = check_real("rho", rho, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     return rho + 2.0 * math.sqrt(rho * -math.log(delta))
 
 
@@ -80,8 +80,8 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
     float
         ``rho``.
     """
-    epsilon = _real("epsilon", epsilon, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    epsilon = check_real("epsilon", epsilon, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     log_inv = -math.log(delta)
     # epsilon^2 / (sqrt(L + eps) + sqrt(L))^2 avoids the cancellation of the plain form
     return (epsilon / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv))) ** 2
@@ -128,8 +128,8 @@ def rdp_epsilon(
     """
     a = np.asarray(orders, dtype=float).ravel()
     r = np.asarray(rdp, dtype=float).ravel()
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    conversion = _choice("conversion", conversion, ("improved", "standard"))
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    conversion = check_choice("conversion", conversion, ("improved", "standard"))
     if a.size == 0 or not np.all(np.isfinite(a) & (a > 1.0)):
         raise ValueError("orders must be a non-empty sequence of finite real numbers in (1, inf)")
     if r.shape != a.shape or not np.all(r >= 0.0):
@@ -212,8 +212,8 @@ def classical_gaussian_epsilon(mu: float, delta: float) -> float:
     float
         ``epsilon`` (valid as a guarantee only when ``< 1``).
     """
-    mu = _real("mu", mu, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    mu = check_real("mu", mu, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     return mu * math.sqrt(2.0 * math.log(1.25 / delta))
 
 
@@ -241,10 +241,10 @@ def advanced_composition(
     epsilon : float
     delta : float
     """
-    epsilon0 = _real("epsilon0", epsilon0, low=0.0)
-    delta0 = _real("delta0", delta0, low=0.0, high=1.0)
-    k = _integer("count", count)
-    delta_slack = _real(
+    epsilon0 = check_real("epsilon0", epsilon0, low=0.0)
+    delta0 = check_real("delta0", delta0, low=0.0, high=1.0)
+    k = check_integer("count", count)
+    delta_slack = check_real(
         "delta_slack", delta_slack, low=0.0, high=1.0, low_open=True, high_open=True
     )
     spread = math.sqrt(2.0 * k * -math.log(delta_slack)) * epsilon0
@@ -330,8 +330,8 @@ def gaussian_epsilon(
     float
         ``epsilon`` (``inf`` when the advanced bound cannot certify any ``epsilon``).
     """
-    mu_step = _real("mu_step", mu_step, low=0.0)
-    count = _integer("count", count)
+    mu_step = check_real("mu_step", mu_step, low=0.0)
+    count = check_integer("count", count)
     delta, accountant, rdp_conversion, orders, advanced_per_step = _check_options(
         delta, accountant, rdp_conversion, rdp_orders, advanced_per_step
     )
@@ -354,11 +354,11 @@ def _check_options(
 ) -> tuple[float, str, str, np.ndarray | None, str]:
     """Validate the options shared by :func:`gaussian_epsilon` and :func:`iterations_allowed`."""
     return (
-        _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True),
-        _choice("accountant", accountant, _ACCOUNTANTS),
-        _choice("rdp_conversion", rdp_conversion, ("improved", "standard")),
+        check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True),
+        check_choice("accountant", accountant, _ACCOUNTANTS),
+        check_choice("rdp_conversion", rdp_conversion, ("improved", "standard")),
         _check_orders(rdp_orders),
-        _choice("advanced_per_step", advanced_per_step, ("classical", "tight")),
+        check_choice("advanced_per_step", advanced_per_step, ("classical", "tight")),
     )
 
 
@@ -413,8 +413,8 @@ def iterations_allowed(
     int
         The largest count whose guarantee is within the budget (possibly 0).
     """
-    mu_step = _real("mu_step", mu_step, low=0.0, low_open=True)
-    epsilon = _real("epsilon", epsilon, low=0.0)
+    mu_step = check_real("mu_step", mu_step, low=0.0, low_open=True)
+    epsilon = check_real("epsilon", epsilon, low=0.0)
     delta, accountant, rdp_conversion, orders, advanced_per_step = _check_options(
         delta, accountant, rdp_conversion, rdp_orders, advanced_per_step
     )

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
-from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.gdp import _gdp_mu, split_step_mu
-from pymc_penalty.sensitivity import ClipMode, Neighbours
-from pymc_penalty.validation import InvalidArgumentError, check_clip, check_share
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.errors import FrozenChainWarning, InvalidArgumentError
+from pymc_penalty.validation import check_clip, check_integer, check_real, check_share
 
 __all__ = ["calibrate_step_mu", "expected_acceptance", "plan_releases"]
 
@@ -28,10 +28,6 @@ __all__ = ["calibrate_step_mu", "expected_acceptance", "plan_releases"]
 #: Calibrate a hair below the budget: the ledger errs only on the safe side, so an exact
 #: calibration could see its last planned release refused after float rounding.
 CALIBRATION_MARGIN = 1.0 - 1e-9
-
-
-class FrozenChainWarning(UserWarning):
-    """The calibrated noise is so large that the chain will hardly move."""
 
 
 @dataclass(frozen=True)
@@ -110,21 +106,21 @@ def calibrate(
     from it, so it is identical for any two datasets; whether it fires depends on ``n`` only
     under substitute-one neighbours, where ``n`` is public.
     """
-    available_mu = _real("available_mu", available_mu, low=0.0, low_open=True)
+    available_mu = check_real("available_mu", available_mu, low=0.0, low_open=True)
     if isinstance(plan, RunPlan):
         releases = plan.releases
     elif isinstance(plan, numbers.Integral) and not isinstance(plan, bool):
-        releases = _integer("plan", plan, low=1)
+        releases = check_integer("plan", plan, low=1)
     else:
         raise InvalidArgumentError(
             "`plan` must be a pymc_penalty.RunPlan(draws, tune, chains) or a number of "
             "releases (an integer >= 1)."
         )
     if n_datapoints is not None:
-        _integer("n_datapoints", n_datapoints, low=1)
+        check_integer("n_datapoints", n_datapoints, low=1)
     clip = check_clip(clip, allow_auto=False)
     clip_count_share = check_share("clip_count_share", clip_count_share)
-    warn_below = _real("warn_below", warn_below, low=0.0, high=1.0)
+    warn_below = check_real("warn_below", warn_below, low=0.0, high=1.0)
     mode, relation = ClipMode.parse(clip_mode), Neighbours.parse(neighbours)
     step_mu = available_mu / math.sqrt(releases) * CALIBRATION_MARGIN
     if warn_below > 0.0:
@@ -188,9 +184,9 @@ def calibrate_step_mu(epsilon: float, delta: float, n_releases: int) -> float:
     float
         Per-release GDP parameter.
     """
-    epsilon = _real("epsilon", epsilon, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    n_releases = _integer("n_releases", n_releases, low=1)
+    epsilon = check_real("epsilon", epsilon, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    n_releases = check_integer("n_releases", n_releases, low=1)
     return calibrate(_gdp_mu(epsilon, delta), n_releases, warn_below=0.0)
 
 
@@ -213,10 +209,10 @@ def plan_releases(draws: int, tune: int, chains: int, *, releases_per_step: int 
     -------
     int
     """
-    draws = _integer("draws", draws)
-    tune = _integer("tune", tune)
-    chains = _integer("chains", chains, low=1)
-    releases_per_step = _integer("releases_per_step", releases_per_step, low=1)
+    draws = check_integer("draws", draws)
+    tune = check_integer("tune", tune)
+    chains = check_integer("chains", chains, low=1)
+    releases_per_step = check_integer("releases_per_step", releases_per_step, low=1)
     return (draws + tune) * chains * releases_per_step
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.gdp import composed_epsilon, gdp_delta
+from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
     "ComposedReleases",
@@ -43,8 +43,10 @@ class GaussianRelease:
     noise_sd: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sensitivity", _real("sensitivity", self.sensitivity, low=0.0))
-        noise_sd = _real("noise_sd", self.noise_sd, low=0.0, low_open=True, finite=False)
+        object.__setattr__(
+            self, "sensitivity", check_real("sensitivity", self.sensitivity, low=0.0)
+        )
+        noise_sd = check_real("noise_sd", self.noise_sd, low=0.0, low_open=True, finite=False)
         object.__setattr__(self, "noise_sd", noise_sd)
 
     @property
@@ -102,7 +104,7 @@ class RepeatedRelease:
                 "event must be a GaussianRelease, ComposedReleases or RepeatedRelease; "
                 f"got {type(self.event).__name__}"
             )
-        object.__setattr__(self, "count", _integer("count", self.count))
+        object.__setattr__(self, "count", check_integer("count", self.count))
 
     @property
     def mu(self) -> float:
@@ -170,7 +172,7 @@ class GDPAccountant:
                 "event must be a GaussianRelease, ComposedReleases or RepeatedRelease; "
                 f"got {type(event).__name__}"
             )
-        count = _integer("count", count)
+        count = check_integer("count", count)
         self._add(count * _mu_squared(event))
         self._releases += count * _release_count(event)
         return self
@@ -194,8 +196,8 @@ class GDPAccountant:
         -------
         GDPAccountant
         """
-        mu = _real("mu", mu, low=0.0, finite=False)
-        count = _integer("count", count)
+        mu = check_real("mu", mu, low=0.0, finite=False)
+        count = check_integer("count", count)
         self._add(count * (mu * mu) if count else 0.0)
         self._releases += count
         return self
@@ -283,9 +285,9 @@ class GDPAccountant:
             raise ValueError(
                 f"state version must be {self._STATE_VERSION}; got {state.get('version')!r}"
             )
-        mu_sq = _real("state['mu_squared']", state.get("mu_squared"), low=0.0)
-        carry = _real("state['compensation']", state.get("compensation"))
-        releases = _integer("state['releases']", state.get("releases"))
+        mu_sq = check_real("state['mu_squared']", state.get("mu_squared"), low=0.0)
+        carry = check_real("state['compensation']", state.get("compensation"))
+        releases = check_integer("state['releases']", state.get("releases"))
         if mu_sq + carry < 0.0:
             raise ValueError("state['mu_squared'] + state['compensation'] must be >= 0")
         self._mu_sq, self._carry, self._releases = mu_sq, carry, releases

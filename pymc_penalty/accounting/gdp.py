@@ -23,8 +23,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erfcx, erfinv, log_ndtr, ndtri
 
-from pymc_penalty.accounting._validation import _real
-from pymc_penalty.validation import InvalidArgumentError
+from pymc_penalty.errors import DegenerateDeltaWarning, InvalidArgumentError
+from pymc_penalty.validation import check_real
 
 __all__ = [
     "DegenerateDeltaWarning",
@@ -130,15 +130,11 @@ def gdp_delta(epsilon: float, mu: float) -> float:
     ValueError
         If an argument is outside its range.
     """
-    epsilon = _real("epsilon", epsilon, low=0.0)
-    mu = _real("mu", mu, low=0.0)
+    epsilon = check_real("epsilon", epsilon, low=0.0)
+    mu = check_real("mu", mu, low=0.0)
     if mu == 0.0:
         return 0.0
     return min(1.0, math.exp(_log_gdp_delta(epsilon, mu)))
-
-
-class DegenerateDeltaWarning(UserWarning):
-    """``delta`` is so large that ``epsilon = 0``: the guarantee says nothing."""
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -174,7 +170,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         If an argument is outside its range (:class:`~pymc_penalty.InvalidArgumentError`).
         A ``delta`` of 1 or more names the pre-0.2 order as a likely cause.
     """
-    mu = _real("mu", mu, low=0.0)
+    mu = check_real("mu", mu, low=0.0)
     if not isinstance(delta, bool) and isinstance(delta, int | float) and delta >= 1.0:
         raise InvalidArgumentError(
             f"`delta` must be a real number in (0, 1); got {delta!r}. The order of "
@@ -196,8 +192,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 def _gdp_epsilon(mu: float, delta: float) -> float:
     """:func:`gdp_epsilon` without the warning, for the package's own conversions (``0.0`` is
     a valid answer for a tiny spend, such as a curve's first releases)."""
-    mu = _real("mu", mu, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    mu = check_real("mu", mu, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     if mu == 0.0 or delta >= math.erf(mu / (2.0 * _SQRT2)):
         return 0.0
     log_delta = math.log(delta)
@@ -235,8 +231,8 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     ValueError
         If an argument is outside its range.
     """
-    epsilon = _real("epsilon", epsilon, low=0.0)
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    epsilon = check_real("epsilon", epsilon, low=0.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     return _gdp_mu(epsilon, delta)
 
 
@@ -322,7 +318,7 @@ def composed_epsilon(mu2: float, delta: float) -> float:
     float
         ``epsilon >= 0``, or ``inf``.
     """
-    delta = _real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     mu2 = float(mu2)
     if not math.isfinite(mu2):
         return math.inf

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.gdp import _gdp_epsilon
+from pymc_penalty.validation import check_integer, check_real
 
 __all__ = ["Theorem1Schedule", "theorem1_schedule"]
 
@@ -125,11 +125,11 @@ def theorem1_schedule(
     -------
     Theorem1Schedule
     """
-    n = _integer("n", n, low=2)
-    c = _real("c", c, low=0.0, low_open=True)
-    alpha = _real("alpha", alpha, low=0.0, low_open=True)
-    beta = _real("beta", beta, low=0.0, low_open=True)
-    k0 = _real("k0", k0, low=0.0, low_open=True)
+    n = check_integer("n", n, low=2)
+    c = check_real("c", c, low=0.0, low_open=True)
+    alpha = check_real("alpha", alpha, low=0.0, low_open=True)
+    beta = check_real("beta", beta, low=0.0, low_open=True)
+    k0 = check_real("k0", k0, low=0.0, low_open=True)
     beta_p = 2.0 * alpha + beta
 
     def bound(m: float) -> float:
@@ -141,7 +141,7 @@ def theorem1_schedule(
         candidates = {2, max(2, math.floor(peak)), max(2, math.ceil(peak))}
         sigma = math.nextafter(max(bound(m) for m in candidates), math.inf)
     else:
-        sigma = _real("sigma", sigma, low=0.0, low_open=True)
+        sigma = check_real("sigma", sigma, low=0.0, low_open=True)
         if not sigma > bound(n):
             raise ValueError(
                 f"sigma must exceed c n^-alpha sqrt(2 (2 alpha + beta) log n) = {bound(n):.6g} "
@@ -154,7 +154,7 @@ def theorem1_schedule(
     delta = 1.25 * k0 * n ** (-beta) / log_n + n ** (-beta)
     xi = None
     if stat_sensitivity is not None:
-        s = _real("stat_sensitivity", stat_sensitivity, low=0.0, low_open=True)
+        s = check_real("stat_sensitivity", stat_sensitivity, low=0.0, low_open=True)
         xi = sigma**2 * s**2 * n ** (2.0 * alpha) / c**2
     return Theorem1Schedule(
         n=n,

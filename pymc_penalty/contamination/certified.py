@@ -51,7 +51,7 @@ from pymc_penalty.contamination.models import (
     LogisticRegression,
     RecordDomain,
 )
-from pymc_penalty.model_checks import ModelNotPrivateError
+from pymc_penalty.errors import ModelNotPrivateError
 
 __all__ = ["CertifiedBound", "certified_bound", "certified_step"]
 
@@ -352,7 +352,7 @@ def certified_step(
         If ``clip`` or ``clip_mode`` is given, or the PyMC model's likelihood does not match
         ``(rate, g)``.
     """
-    from pymc_penalty.step import PenaltyMetropolis
+    from pymc_penalty.sampling.step import PenaltyMetropolis
 
     for key in ("clip", "clip_mode"):
         if key in step_kwargs:

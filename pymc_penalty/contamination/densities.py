@@ -4,7 +4,7 @@ Every parameter of g is public (Hu et al., Remark 3), so it must not be computed
 data. A plain number cannot be traced, but an array with a record axis can, and so can a
 PyTensor expression: a parameter given as a PyTensor variable must be a constant expression
 (no shared variable, ``pm.Data`` container or random variable among its inputs), and any
-array that could hold the records (:func:`pymc_penalty.model_checks.carries_records`) is
+array that could hold the records (:func:`pymc_penalty.model.checks.carries_records`) is
 refused once the number of records is known (:meth:`ContaminationDensity.check_public`).
 """
 
@@ -20,7 +20,8 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors, graph_inputs
 from scipy import stats
 
-from pymc_penalty.model_checks import ModelNotPrivateError, carries_records
+from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.model.checks import carries_records
 
 __all__ = [
     "BernoulliContamination",

@@ -26,7 +26,8 @@ from scipy import special
 from pymc_penalty.contamination._search import _chunked_loglik, _laplace, _Search, _sup
 from pymc_penalty.contamination.densities import check_rate
 from pymc_penalty.contamination.models import ContaminationModel, RecordDomain, check_tails
-from pymc_penalty.model_checks import ModelNotPrivateError, carries_records
+from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.model.checks import carries_records
 
 __all__ = [
     "EmpiricalPrivacy",

@@ -27,8 +27,7 @@ from pymc_penalty.contamination.densities import (
     ContaminationDensity,
     check_rate,
 )
-from pymc_penalty.model_checks import ModelNotPrivateError
-from pymc_penalty.step import NotPrivateWarning
+from pymc_penalty.errors import ModelNotPrivateError, NotPrivateWarning
 
 __all__ = ["contaminate", "contaminated_likelihood"]
 

@@ -25,7 +25,7 @@ from pymc_penalty.contamination.densities import (
     log_mix,
 )
 from pymc_penalty.contamination.mechanism import contaminated_likelihood
-from pymc_penalty.model_checks import ModelNotPrivateError
+from pymc_penalty.errors import ModelNotPrivateError
 
 __all__ = [
     "ContaminationModel",

@@ -17,15 +17,16 @@ import pymc as pm
 
 from pymc_penalty.contamination.empirical import STATEMENT, EmpiricalPrivacy
 from pymc_penalty.contamination.mechanism import TAG
-from pymc_penalty.model_checks import (
-    ModelNotPrivateError,
+from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.model.checks import (
+    check_model_data,
     data_dependent_variables,
     data_dims,
     data_sources,
     depends_on_data,
     n_datapoints,
 )
-from pymc_penalty.validation import check_choice, check_integer, check_model_data
+from pymc_penalty.validation import check_choice, check_integer
 
 __all__ = ["REPORT_KEY", "netcdf_safe", "sample_contaminated"]
 

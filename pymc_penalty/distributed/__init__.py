@@ -8,8 +8,9 @@ the penalty chain (Algorithm 2) driven through it.
 Needs the ``distributed`` extra: ``pip install 'pymc-penalty[distributed]'``.
 """
 
-from pymc_penalty.distributed.pool import Owner, OwnerError, OwnerPool
-from pymc_penalty.distributed.sampler import DistributedSamplingError, owner_noise, sample
+from pymc_penalty.distributed.pool import Owner, OwnerPool
+from pymc_penalty.distributed.sampler import owner_noise, sample
+from pymc_penalty.errors import DistributedSamplingError, OwnerError
 
 __all__ = [
     "DistributedSamplingError",

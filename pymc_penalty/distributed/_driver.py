@@ -16,12 +16,17 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
-from pymc_penalty._tuning import PendingTuning
-from pymc_penalty.adaptation import ProposalAdapter
-from pymc_penalty.budget import RunPlan
+from pymc_penalty.accounting.sensitivity import step_length
 from pymc_penalty.distributed._setup import Journal, RunConfig, owner_noise
-from pymc_penalty.distributed.pool import OwnerError, OwnerPool
-from pymc_penalty.kernel import (
+from pymc_penalty.distributed.pool import OwnerPool
+from pymc_penalty.errors import DistributedSamplingError, OwnerError
+from pymc_penalty.model.checks import data_dependent_deterministics
+from pymc_penalty.privacy.budget import RunPlan
+from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.results.publish import step_report as _step_report
+from pymc_penalty.sampling.adaptation import ProposalAdapter
+from pymc_penalty.sampling.adaptation.pending import PendingTuning
+from pymc_penalty.sampling.kernel import (
     INFO_STATS,
     PenaltyState,
     Release,
@@ -29,33 +34,8 @@ from pymc_penalty.kernel import (
     info_stats,
     transition,
 )
-from pymc_penalty.mechanism import release_noise
-from pymc_penalty.model_checks import data_dependent_deterministics
-from pymc_penalty.publish import step_report as _step_report
-from pymc_penalty.sensitivity import step_length
 
 __all__ = ["DistributedSamplingError", "run_chains"]
-
-
-class DistributedSamplingError(OwnerError):
-    """An owner was lost or refused mid-run; the run stopped.
-
-    Attributes
-    ----------
-    run : str
-        The run id: pass it (with the same ledger paths) to
-        :func:`~pymc_penalty.distributed.sample` to resume.
-    step : int
-        The step id that did not complete.
-    privacy_report : dict
-        What the driver's ledger committed (the report of the stopped run).
-    """
-
-    def __init__(self, message: str, run: str, step: int, privacy_report: dict[str, Any]):
-        super().__init__(message)
-        self.run = run
-        self.step = step
-        self.privacy_report = privacy_report
 
 
 def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np.ndarray]):

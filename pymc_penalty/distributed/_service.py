@@ -34,14 +34,11 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.errors import OwnerSideError
+from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.privacy.ledger import PrivacyLedger
 
 __all__ = ["OwnerService", "OwnerSideError", "load_rows"]
-
-
-class OwnerSideError(RuntimeError):
-    """An owner refused or failed a request; the message holds no data values."""
 
 
 def load_rows(loader: Callable[[], Mapping[str, Any]] | str | os.PathLike) -> dict[str, Any]:

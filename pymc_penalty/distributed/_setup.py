@@ -15,11 +15,11 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.gdp import split_step_mu
-from pymc_penalty.adaptation import ADAPT_MODES
-from pymc_penalty.budget import PrivacyBudget, RunPlan
-from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.mechanism import release_noise
-from pymc_penalty.sensitivity import ClipMode, Neighbours
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
+from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.sampling.adaptation import ADAPT_MODES
 
 __all__ = ["Journal", "RunConfig", "check_args", "owner_noise"]
 

@@ -26,8 +26,9 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.budget import PrivacyBudget
-from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import OwnerError
+from pymc_penalty.privacy.budget import PrivacyBudget
 
 __all__ = ["Owner", "OwnerError", "OwnerPool"]
 
@@ -35,10 +36,6 @@ __all__ = ["Owner", "OwnerError", "OwnerPool"]
 DEFAULT_TIMEOUT = 60.0
 #: Seconds an owner may take to load its rows and compile (at least the call timeout).
 START_TIMEOUT = 300.0
-
-
-class OwnerError(RuntimeError):
-    """An owner failed, refused or did not answer; names the owner and what was spent."""
 
 
 @dataclass(frozen=True)

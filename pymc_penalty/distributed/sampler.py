@@ -3,8 +3,8 @@
 Algorithm 2 of the source paper with each owner on its own worker: per step the driver draws
 every chain's proposal, charges its own run ledger for the step's worst case, sends all
 chains' points to every owner in one call, sums the owners' noisy clipped sums, and runs the
-penalty test (:func:`~pymc_penalty.kernel.penalised_log_ratio`,
-:func:`~pymc_penalty.kernel.penalty_decision`) with the summed noise variance. The proposal
+penalty test (:func:`~pymc_penalty.sampling.kernel.penalised_log_ratio`,
+:func:`~pymc_penalty.sampling.kernel.penalty_decision`) with the summed noise variance. The proposal
 adapts as :class:`~pymc_penalty.PenaltyMetropolis`'s does (:class:`ProposalAdapter`), from
 released outcomes only. The result is finalized by the same code as :func:`pymc_penalty.sample`
 (report, stripping, trimming of unreleased draws).
@@ -31,14 +31,15 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection
 
-from pymc_penalty.budget import PrivacyBudget, RunPlan, available_mu, calibrate
-from pymc_penalty.distributed._driver import DistributedSamplingError, run_chains
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.distributed._driver import run_chains
 from pymc_penalty.distributed._setup import Journal, RunConfig, check_args, owner_noise
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
-from pymc_penalty.ledger import PrivacyLedger
-from pymc_penalty.publish import finalize_result as _finalize
-from pymc_penalty.sensitivity import ClipMode, Neighbours
-from pymc_penalty.step_setup import resolve_adapt_window
+from pymc_penalty.errors import DistributedSamplingError
+from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu, calibrate
+from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.results.publish import finalize_result as _finalize
+from pymc_penalty.sampling.setup import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
 from pymc_penalty.warmstart import WARM_START_STEPS
 

@@ -19,8 +19,9 @@ import pymc as pm
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import ancestors
 
-from pymc_penalty.model_checks import ModelNotPrivateError, data_sources, depends_on_data
-from pymc_penalty.sensitivity import Neighbours
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.model.checks import data_sources, depends_on_data
 
 __all__ = ["FAMILIES", "Family", "RecognisedFamily", "recognise_family"]
 

@@ -37,28 +37,28 @@ from pymc.step_methods.compound import Competence
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
-from pymc_penalty._tuning import PendingTuning
-from pymc_penalty.adaptation import ADAPT_MODES, ProposalAdapter
-from pymc_penalty.kernel import PenaltyState, Release, StepNoise, info_stats, transition
-from pymc_penalty.model_checks import (
-    ModelNotPrivateError,
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import ModelNotPrivateError, NotPrivateWarning
+from pymc_penalty.model.checks import (
+    check_model_data,
     data_sources,
     depends_on_data,
     validate_model,
 )
-from pymc_penalty.noise import PrivateNoiseMixin
-from pymc_penalty.sensitivity import Neighbours
-from pymc_penalty.step import PenaltyMetropolis
-from pymc_penalty.step_setup import (
+from pymc_penalty.sampling.adaptation import ADAPT_MODES, ProposalAdapter
+from pymc_penalty.sampling.adaptation.pending import PendingTuning
+from pymc_penalty.sampling.adaptation.state import PenaltyMetropolisState
+from pymc_penalty.sampling.kernel import PenaltyState, Release, StepNoise, info_stats, transition
+from pymc_penalty.sampling.noise_source import PrivateNoiseMixin
+from pymc_penalty.sampling.setup import (
     PROPOSAL_STAT,
     Ledger,
-    NotPrivateWarning,
     check_blocked,
     declare_proposal_stat,
     resolve_adapt_window,
 )
-from pymc_penalty.step_tuning import PenaltyMetropolisState
-from pymc_penalty.validation import check_model_data, check_real
+from pymc_penalty.sampling.step import PenaltyMetropolis
+from pymc_penalty.validation import check_real
 from pymc_penalty.variants._families import FAMILIES, recognise_family
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
@@ -357,9 +357,10 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised step releasing a fresh noisy sufficient statistic (the transition is
-        :func:`pymc_penalty.kernel.transition`; the release is :meth:`_release_statistic`).
+        :func:`pymc_penalty.sampling.kernel.transition`; the release is :meth:`_release_statistic`).
         The previous step's tuning update is applied first, if this step still tunes, as in
-        :class:`pymc_penalty.PenaltyMetropolis` (:mod:`pymc_penalty._tuning`)."""
+        :class:`pymc_penalty.PenaltyMetropolis`
+        (:mod:`pymc_penalty.sampling.adaptation.pending`)."""
         x0 = q0.data
         self._pending_tuning.start_step(self.tune, self.adapter.update)
         adapter = self.adapter

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
-from pymc_penalty.kernel import PenaltyState, Release, StepNoise
-from pymc_penalty.mechanism import release_noise
-from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.sampling.kernel import PenaltyState, Release, StepNoise
+from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = ["MultiOwnerPenaltyMetropolis", "owner_report", "validate_owners"]
 
@@ -90,7 +90,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         Per-step Gaussian-DP parameter of every owner against the other owners
         (``sigma_j = Delta / mu_ll`` for all ``j``).
     **kwargs
-        As :class:`~pymc_penalty.step.PenaltyMetropolis`.
+        As :class:`~pymc_penalty.sampling.step.PenaltyMetropolis`.
 
     Notes
     -----

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pymc_penalty.errors import DeclarationMismatchError
+
 __all__ = ["DeclarationMismatchError", "SufficientStatistic"]
 
 #: Rows recomputed, in reverse order, to check that ``statistic`` keeps no state.
 _SPOT_CHECKS = 16
-
-
-class DeclarationMismatchError(ValueError):
-    """The declared exponential family does not reproduce the model's log-likelihood."""
 
 
 @dataclass(frozen=True)

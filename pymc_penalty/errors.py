@@ -1,0 +1,164 @@
+"""Every public exception and warning of pymc-penalty, in one place.
+
+Modules raise these; users catch them from ``pymc_penalty`` (re-exported there) or from here.
+Nothing in this module imports the rest of the package, so every layer may use it. Messages
+never carry data values, rows, exact log-likelihoods or (under add/remove-one) ``n``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BudgetExhausted",
+    "ConvergenceWarning",
+    "DataChangedError",
+    "DeclarationMismatchError",
+    "DegenerateDeltaWarning",
+    "DistributedSamplingError",
+    "FrozenChainWarning",
+    "InvalidArgumentError",
+    "InvalidDataError",
+    "LikelihoodEvaluationError",
+    "ModelNotPrivateError",
+    "NotPrivateWarning",
+    "OwnerError",
+    "OwnerSideError",
+    "PrivacyAccountingError",
+    "PrivateSamplingError",
+    "RowCouplingError",
+    "SamplingInterrupted",
+    "UnpublishedResultWarning",
+    "UtilityWarning",
+    "WarmStartRefused",
+]
+
+
+class InvalidArgumentError(ValueError, TypeError):
+    """An argument has the wrong type or lies outside its accepted range.
+
+    A subclass of both :class:`ValueError` and :class:`TypeError`, so ``except ValueError``
+    written against earlier versions still catches it.
+    """
+
+
+class InvalidDataError(ValueError):
+    """The data cannot be analysed: a NaN or infinite value, or a value outside the
+    likelihood's support. The message names the variable, never a value or a row."""
+
+
+class ModelNotPrivateError(ValueError):
+    """The model has a feature through which data would reach the chain without noise."""
+
+
+class RowCouplingError(ValueError):
+    """One record moves several datapoints' log-likelihood terms (raised as the gate's error)."""
+
+
+class LikelihoodEvaluationError(RuntimeError):
+    """The compiled likelihood failed; the original message is withheld (it may hold data)."""
+
+
+class DataChangedError(ValueError):
+    """A data container changed shape or dtype after the step's privacy checks ran."""
+
+
+class DeclarationMismatchError(ValueError):
+    """The declared exponential family does not reproduce the model's log-likelihood."""
+
+
+class DegenerateDeltaWarning(UserWarning):
+    """``delta`` is so large that ``epsilon = 0``: the guarantee says nothing."""
+
+
+class FrozenChainWarning(UserWarning):
+    """The calibrated noise is so large that the chain will hardly move."""
+
+
+class BudgetExhausted(KeyboardInterrupt):
+    """Raised inside ``pm.sample`` to stop sampling once the privacy budget is spent.
+
+    A ``KeyboardInterrupt`` subclass, because that is what ``pm.sample`` treats as a request
+    to stop and still return the draws so far.
+    """
+
+
+class PrivacyAccountingError(RuntimeError):
+    """The composed releases disagree with the ledger: the run must not be published."""
+
+
+class NotPrivateWarning(UserWarning):
+    """The step is configured so that its output carries no privacy guarantee."""
+
+
+class UnpublishedResultWarning(NotPrivateWarning):
+    """``pm.sample``'s result still holds the data until :func:`pymc_penalty.finalize`.
+
+    Raised when a budgeted :class:`PenaltyMetropolis` is constructed. PyMC has no hook that
+    runs after sampling, so the ``InferenceData`` it returns keeps ``observed_data``,
+    ``constant_data``, ``log_likelihood`` and data-dependent Deterministics, and carries no
+    privacy report; only what ``pymc_penalty.finalize(idata, step)`` returns is private.
+    :func:`pymc_penalty.sample` finalizes its result itself and does not raise it.
+    """
+
+
+class SamplingInterrupted(KeyboardInterrupt):
+    """Sampling was interrupted (Ctrl-C); ``.privacy_report`` holds what had been spent.
+
+    A :class:`KeyboardInterrupt`, so code that stops on Ctrl-C still stops.
+    """
+
+    def __init__(self, message: str, privacy_report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.privacy_report = privacy_report
+
+
+class WarmStartRefused(RuntimeError):
+    """The ledger refused a warm-start release (the data were not touched for it)."""
+
+
+class UtilityWarning(UserWarning):
+    """The budget forecasts a poor or hopeless posterior (see :func:`forecast_utility`)."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The released chains have not converged (after sampling; see
+    :func:`convergence_verdict`). The forecast before sampling warns with
+    :class:`~pymc_penalty.UtilityWarning` instead."""
+
+
+class PrivateSamplingError(RuntimeError):
+    """``pm.sample`` failed; ``.privacy_report`` holds what the run had spent by then."""
+
+    def __init__(self, message: str, privacy_report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.privacy_report = privacy_report
+
+
+class OwnerError(RuntimeError):
+    """An owner failed, refused or did not answer; names the owner and what was spent."""
+
+
+class DistributedSamplingError(OwnerError):
+    """An owner was lost or refused mid-run; the run stopped.
+
+    Attributes
+    ----------
+    run : str
+        The run id: pass it (with the same ledger paths) to
+        :func:`~pymc_penalty.distributed.sample` to resume.
+    step : int
+        The step id that did not complete.
+    privacy_report : dict
+        What the driver's ledger committed (the report of the stopped run).
+    """
+
+    def __init__(self, message: str, run: str, step: int, privacy_report: dict[str, Any]):
+        super().__init__(message)
+        self.run = run
+        self.step = step
+        self.privacy_report = privacy_report
+
+
+class OwnerSideError(RuntimeError):
+    """An owner refused or failed a request; the message holds no data values."""

@@ -1,0 +1,511 @@
+"""Checks that a PyMC model can be sampled privately, and where its data lives.
+
+The step refuses models in which data could reach the chain without noise: free variables
+left to other step methods, discrete variables, Potentials or priors that depend on data,
+``total_size`` minibatch scaling, imputed missing observations. Error messages name variables
+and arguments, never data values.
+
+"Data" means every column of the table however it enters the graph (design notes,
+invariant 8): observed values, ``pm.Data`` containers, and, conservatively, any
+``pytensor.shared`` variable or constant array that could carry records: one with an axis
+of at least half the datapoint count (transposed, reshaped to ``(1, n)`` or sliced to
+``n - 1`` rows), or with at least ``n`` elements in all. The likelihood may read data only
+through per-row terms (invariant 7), checked by :mod:`pymc_penalty.model.locality`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pymc as pm
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.sharedvar import TensorSharedVariable
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
+
+from pymc_penalty.errors import InvalidDataError, ModelNotPrivateError, RowCouplingError
+from pymc_penalty.model.locality import (
+    array_value,
+    carries_records,
+    check_row_locality,
+    holds_records,
+)
+
+__all__ = [
+    "check_model_data",
+    "ModelNotPrivateError",
+    "check_initvals",
+    "carries_records",
+    "data_dependent_deterministics",
+    "data_dependent_variables",
+    "data_dims",
+    "data_sources",
+    "depends_on_data",
+    "n_datapoints",
+    "validate_model",
+]
+
+
+def _shape_of(var: Variable) -> tuple[int, ...]:
+    if isinstance(var, Constant):
+        return tuple(np.shape(var.data))
+    if isinstance(var, TensorSharedVariable):
+        return tuple(np.shape(var.get_value(borrow=True)))
+    return tuple(int(s) for s in var.shape.eval())
+
+
+def n_datapoints(model: pm.Model) -> int:
+    """Number of datapoints: the common leading axis of all observed variables.
+
+    Parameters
+    ----------
+    model : pm.Model
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ModelNotPrivateError
+        If the model has no observed variable or their leading axes disagree.
+    """
+    if not model.observed_RVs:
+        raise ModelNotPrivateError(
+            "The model has no observed variables: there is no data for PenaltyMetropolis "
+            "to protect. Use pm.Metropolis for a prior-only model."
+        )
+    lengths = {}
+    for rv in model.observed_RVs:
+        shape = _shape_of(model.rvs_to_values[rv])
+        lengths[rv.name] = shape[0] if shape else 1
+    if len(set(lengths.values())) > 1:
+        # The counts are not printed: under add/remove-one neighbours n itself is private.
+        raise ModelNotPrivateError(
+            f"Observed variables {sorted(lengths)} must share their leading (datapoint) axis "
+            "so that datapoint i is row i of every one of them; their row counts differ."
+        )
+    return next(iter(lengths.values()))
+
+
+def data_sources(model: pm.Model) -> list[Variable]:
+    """Graph variables that are data by declaration: observed values and every ``pm.Data``
+    container, whatever its shape (design notes, invariant 8: a scalar ``pm.Data`` may hold
+    a statistic of the table; pass public settings as plain numbers)."""
+    sources = [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    sources += list(model.data_vars)
+    return sources
+
+
+def _ancestors(outputs: Sequence[Variable], through_shapes: bool) -> set[Variable]:
+    """Ancestors of ``outputs``; without ``through_shapes``, what is reached only through an
+    array's shape (``size=y.shape[0]``) is left out."""
+    seen: set[Variable] = set()
+    stack = list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        node = var.owner
+        if node is not None and (through_shapes or not isinstance(node.op, Shape | Shape_i)):
+            stack.extend(node.inputs)
+    return seen
+
+
+def depends_on_data(
+    outputs: Sequence[Variable],
+    sources: Iterable[Variable],
+    n: int,
+    *,
+    shapes_are_public: bool = False,
+) -> bool:
+    """Whether any of ``outputs`` depends on data.
+
+    Besides the variables in ``sources``, any constant or ``pytensor.shared`` array that
+    could hold records (:func:`pymc_penalty.model.locality.holds_records`) counts as data, whatever
+    its name or shape. With ``shapes_are_public`` (the substitute-one relation, under which
+    the datapoint count is public) a dependence through an array's shape alone does not
+    count.
+    """
+    source_set = set(sources)
+    return any(
+        var in source_set or holds_records(var, n)
+        for var in _ancestors(list(outputs), through_shapes=not shapes_are_public)
+    )
+
+
+def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list[str]:
+    """Names of Deterministics whose value depends on data (exact, so never to be released)."""
+    n = n_datapoints(model) if n is None else n
+    sources = data_sources(model)
+    return [d.name for d in model.deterministics if depends_on_data([d], sources, n)]
+
+
+def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]:
+    """Names of every model variable whose draws would carry data.
+
+    Deterministics that read data, and observed variables whose generative graph reads
+    covariates (their posterior or prior predictive draws are functions of the covariates,
+    e.g. ``y_rep_i ~ Bernoulli(logit(x_i beta))``).
+    """
+    n = n_datapoints(model) if n is None else n
+    sources = data_sources(model)
+    names = data_dependent_deterministics(model, n)
+    names += [rv.name for rv in model.observed_RVs if depends_on_data([rv], sources, n)]
+    return names
+
+
+def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
+    """Dimensions whose coordinates label records (record ids are data too).
+
+    The dims of observed variables and ``pm.Data`` containers, and any model coordinate as
+    long as the data (``n``).
+    """
+    n = n_datapoints(model) if n is None else n
+    dims: set[str] = set()
+    named = model.named_vars_to_dims
+    for var in [*model.observed_RVs, *model.data_vars]:
+        dims.update(d for d in named.get(var.name, ()) if d is not None)
+    for name, values in model.coords.items():
+        if values is not None and len(values) == n:
+            dims.add(name)
+    dims.update(_data_indexed_dims(model, n))
+    return sorted(dims)
+
+
+def _data_indexed_dims(model: pm.Model, n: int) -> set[str]:
+    """Dims of free variables read through a data index (``u[patient_idx]``): their
+    coordinates name the groups found in the data (patient ids, say), which are records too."""
+    sources = data_sources(model)
+    free = set(model.free_RVs)
+    named = model.named_vars_to_dims
+    dims: set[str] = set()
+    for var in ancestors(model.observed_RVs):
+        node = var.owner
+        if node is None or not isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1):
+            continue
+        indices = [i for i in node.inputs[1:] if hasattr(i.type, "ndim")]
+        if not depends_on_data(indices, sources, n):
+            continue
+        for rv in ancestors([node.inputs[0]]):
+            if rv in free:
+                dims.update(d for d in named.get(rv.name, ()) if d is not None)
+    return dims
+
+
+def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
+    """Refuse ``pm.Data`` containers too small to hold one row per datapoint that the
+    likelihood reads.
+
+    Every ``pm.Data`` container is data (invariant 8): a scalar or short one may hold a
+    statistic of the table (``pm.Data("xbar", x.mean())``, mixture weights counted from the
+    data), and every datapoint's term that reads it then moves with every record, as with
+    covariates centred inside the model. The row-locality probes cannot see it (its value is
+    not a record), so it is refused by declaration: pass public constants as plain numbers.
+    """
+    if n < 2:
+        return
+    # The generative graph, and the log density (a CustomDist's logp may close over one).
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    read = _ancestors([*model.observed_RVs, *terms], through_shapes=False)
+    small = [d.name for d in model.data_vars if d in read and not carries_records(_shape_of(d), n)]
+    if small:
+        raise ModelNotPrivateError(
+            f"The likelihood reads pm.Data containers {small} that do not hold one row per "
+            "datapoint. A pm.Data container is data: if it holds a statistic of the table (a "
+            "mean, a count, weights), every datapoint's term moves with every record and the "
+            "clip bound would not bound the sensitivity. Pass public constants (group-level "
+            "covariates included) as plain numbers or NumPy arrays, and per-datapoint "
+            "covariates as pm.Data with one row per datapoint."
+        )
+
+
+def check_initvals(model: pm.Model, initvals: object) -> None:
+    """Refuse ``pm.sample`` initial values that could carry data (before anything is spent).
+
+    ``initvals`` (a mapping, or one per chain) reaches the chain without noise: a symbolic
+    value that reads data (``{"mu": pt.mean(y_data)}``) would start the chain at an exact
+    statistic, and an array that could hold records (invariant 8) at the records themselves.
+    A scalar computed with NumPy from the data cannot be told from a public one; that stays
+    the curator's responsibility.
+
+    Raises
+    ------
+    ModelNotPrivateError
+        Naming the variable, never a value.
+    """
+    if initvals is None:
+        return
+    n = n_datapoints(model)
+    sources = data_sources(model)
+    per_chain = [initvals] if isinstance(initvals, dict) else list(initvals)
+    for chain_values in per_chain:
+        for name, value in dict(chain_values or {}).items():
+            if isinstance(value, Variable):
+                leaky = depends_on_data([value], sources, n)
+            else:
+                array = np.asarray(value) if value is not None else np.zeros(())
+                flat = array.reshape(-1)
+                leaky = (
+                    array.dtype.kind in "biuf"
+                    and carries_records(array.shape, n)
+                    and not bool(np.all(flat == flat[0]))
+                )
+            if leaky:
+                raise ModelNotPrivateError(
+                    f"The initial value given for {str(name)!r} (initvals) could carry data (an "
+                    "expression of pm.Data or observed values, or an array as long as the "
+                    "data); the chain would start at it without noise. Give a public initial "
+                    "value, or use warm_start for a private starting point."
+                )
+
+
+def _near_n(shape: Sequence[int], n: int) -> bool:
+    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on)."""
+    return any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in shape)
+
+
+def _refuse_published_axes_near_n(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    sources: Sequence[Variable],
+    n: int,
+    point: dict[str, np.ndarray],
+) -> None:
+    """Under add/remove-one, refuse published outputs that have an axis as long as the data.
+
+    Stripping (:func:`pymc_penalty.results.report.strip_data`) drops every variable with an axis of
+    length ``n`` where ``n`` is private; if a variable of a *fixed* length that happens to
+    equal ``n`` reached it, whether it is published would tell ``n`` from ``n + 1``. So the
+    data-independent Deterministics and the ``proposal`` statistic (the raveled parameter
+    vector) must not have such an axis. Data-dependent Deterministics are dropped whatever
+    their shape and are not refused.
+    """
+    near = [
+        d.name
+        for d in model.deterministics
+        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n)
+    ]
+    if near:
+        raise ModelNotPrivateError(
+            f"Deterministics {near} have an axis as long as the data. Under add/remove-one "
+            "neighbours the number of datapoints is private, and their shape would publish it. "
+            "Use neighbours='substitute' (the count is then public), or remove them."
+        )
+    size = sum(int(np.size(point[v.name])) for v in value_vars)
+    if _near_n((size,), n):
+        raise ModelNotPrivateError(
+            "The step's parameter vector (all free variables raveled, published per step as "
+            "the `proposal` statistic) is as long as the data. Under add/remove-one neighbours "
+            "the number of datapoints is private, and that length would publish it. Use "
+            "neighbours='substitute' (the count is then public), or change the parameters."
+        )
+
+
+def validate_model(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    *,
+    row_locality: bool = True,
+    point: dict[str, np.ndarray] | None = None,
+    add_remove: bool = False,
+) -> int:
+    """Refuse models that cannot be sampled privately; return the datapoint count.
+
+    Parameters
+    ----------
+    model : pm.Model
+    value_vars : sequence of Variable
+        The value variables assigned to the step.
+    row_locality : bool, default True
+        Check that each datapoint's log-likelihood term reads its own row only
+        (:func:`pymc_penalty.model.locality.check_row_locality`), as every step that clips
+        per-datapoint ratios needs. The exponential-family step computes its statistic one
+        row at a time itself and skips it.
+    point : dict, optional
+        Initial point (shapes of ``value_vars``) for the row-locality check.
+    add_remove : bool, default False
+        Whether the guarantee is for add/remove-one neighbours, under which the datapoint
+        count is private: free variables with an axis of the data's length are refused.
+
+    Returns
+    -------
+    int
+        The number of datapoints.
+
+    Raises
+    ------
+    ModelNotPrivateError
+        With a message naming the offending variable or feature.
+    """
+    assigned = {v.name for v in value_vars}
+    for var in value_vars:
+        if var.dtype in pm.discrete_types:
+            raise ModelNotPrivateError(
+                f"Free variable {var.name!r} is discrete ({var.dtype}); PenaltyMetropolis "
+                "samples continuous variables only. Marginalise it out of the model."
+            )
+    missing = [model.rvs_to_values[rv].name for rv in model.free_RVs]
+    missing = [name for name in missing if name not in assigned]
+    if missing:
+        raise ModelNotPrivateError(
+            f"Free variables {missing} are not assigned to PenaltyMetropolis. Any other step "
+            "method would evaluate the likelihood without noise; assign all free variables "
+            "to one PenaltyMetropolis step (the default when `vars` is omitted)."
+        )
+    for rv in model.observed_RVs:
+        if rv.owner is not None and isinstance(rv.owner.op, MinibatchRandomVariable):
+            raise ModelNotPrivateError(
+                f"Variable {rv.name!r} uses `total_size` (minibatch scaling), which the "
+                "privacy accounting does not cover. Remove `total_size`."
+            )
+    observed_names = {rv.name for rv in model.observed_RVs}
+    for rv in model.free_RVs:
+        if rv.name.endswith("_unobserved"):
+            base = rv.name[: -len("_unobserved")]
+            if f"{base}_observed" in observed_names:
+                raise ModelNotPrivateError(
+                    f"Observed variable {base!r} has missing values that PyMC imputes as the "
+                    f"free variable {rv.name!r}; imputed values are exact functions of the "
+                    "data. Drop or impute the missing rows before sampling."
+                )
+    n = n_datapoints(model)
+    for rv in model.observed_RVs:
+        shape = _shape_of(model.rvs_to_values[rv])
+        if len(shape) >= 2 and max(shape[1:]) > shape[0]:
+            # One record would sit in every "row": each clipped term would move at once.
+            raise ModelNotPrivateError(
+                f"Observed variable {rv.name!r} has a trailing axis longer than its leading "
+                "(datapoint) axis, as transposed data do. Datapoint i must be row i: "
+                "transpose the data so that records run along the first axis."
+            )
+    sources = data_sources(model)
+    for pot in model.potentials:
+        if depends_on_data([pot], sources, n):
+            raise ModelNotPrivateError(
+                f"Potential {pot.name!r} depends on data; its value would enter the "
+                "acceptance test without noise. Express it as an observed likelihood term."
+            )
+    # The generative graph, not the logp graph: PyMC's logp rewrites constant-fold data.
+    for rv in model.free_RVs:
+        if depends_on_data([rv], sources, n, shapes_are_public=not add_remove):
+            raise ModelNotPrivateError(
+                f"The prior of {rv.name!r} depends on data (an observed value, pm.Data, or an "
+                "array that could hold records); its value would enter the acceptance test "
+                "without noise. Use data-independent priors with scalar or small public "
+                "parameters, given as plain numbers rather than pm.Data."
+            )
+    _refuse_summaries_in_pm_data(model, n)
+    for rv, initval in model.rvs_to_initial_values.items():
+        if isinstance(initval, Variable) and depends_on_data([initval], sources, n):
+            raise ModelNotPrivateError(
+                f"The initial value of {rv.name!r} depends on data (for instance "
+                "initval=y.mean()); the chain would start at an exact statistic of the data. "
+                "Give a public initial value, or use pp.sample(warm_start=...) for a private "
+                "starting point."
+            )
+    if add_remove:
+        # Under add/remove-one neighbours the datapoint count is private: a free variable
+        # with one entry per datapoint would publish it in the posterior's shape.
+        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n)]
+        if per_row:
+            raise ModelNotPrivateError(
+                f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
+                "one neighbours the number of datapoints is private, and their shape would "
+                "publish it. Use neighbours='substitute' (the count is then public), or model "
+                "per-datapoint effects by groups of public size."
+            )
+    if add_remove:
+        point = point or model.initial_point()
+        _refuse_published_axes_near_n(model, value_vars, sources, n, point)
+    if row_locality:
+        try:
+            check_row_locality(model, value_vars, point or model.initial_point(), n)
+        except RowCouplingError as exc:
+            raise ModelNotPrivateError(str(exc)) from None
+    return n
+
+
+def _container_name(model: pm.Model, var: Variable) -> str:
+    for rv in model.observed_RVs:
+        if model.rvs_to_values[rv] is var:
+            return f"observed variable `{rv.name}`"
+    return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
+
+
+# Likelihoods whose support, whatever their parameters, is the non-negative integers (and
+# {0, 1} for the Bernoulli). Only such parameter-free supports are checked: a support set by
+# the model's parameters or constants (``Uniform(0, t)``) would let whoever writes the model
+# learn, for free and exactly, whether some record passes a threshold of their choosing
+# (refusals spend nothing). Records outside a parameter-dependent support are not refused:
+# their ratio is clipped at -B and counted in the noisy clipped count, privately.
+_COUNT_LIKELIHOODS = {
+    "BernoulliRV": 1,
+    "BinomialRV": None,
+    "BetaBinomialRV": None,
+    "PoissonRV": None,
+    "NegativeBinomialRV": None,
+    "GeometricRV": None,
+    "CategoricalRV": None,
+    "MultinomialRV": None,
+    "DirichletMultinomialRV": None,
+}
+
+
+def check_model_data(model: pm.Model) -> None:
+    """Refuse data that cannot be analysed, before anything is compiled for sampling.
+
+    Checks that depend on the data only, never on anything the model's author chooses, so a
+    refusal cannot be steered to probe records (it tells the data holder one fixed fact about
+    their table); each names the variable and never a value, a row or a count:
+
+    1. every observed value, every ``pm.Data`` container and every NumPy array written into an
+       observed variable's graph is finite (no NaN, no inf);
+    2. observed values of count likelihoods (Bernoulli, binomial, Poisson, negative binomial,
+       geometric, categorical, multinomial) are non-negative integers (0 or 1 for Bernoulli).
+
+    Raises
+    ------
+    InvalidDataError
+    """
+    for var in data_sources(model):
+        value = array_value(var)
+        if value is None or value.dtype.kind not in "biufc":
+            continue
+        if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
+            raise InvalidDataError(
+                f"The {_container_name(model, var)} holds NaN or infinite values: every value "
+                "must be finite. Drop or impute those rows before the analysis (outside the "
+                "model: imputation inside it reads other rows)."
+            )
+    for rv in model.observed_RVs:
+        for var in _ancestors([rv], through_shapes=False):
+            if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
+                value = np.asarray(var.data)
+                if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
+                    raise InvalidDataError(
+                        f"An array read by the observed variable `{rv.name}` holds NaN or "
+                        "infinite values: every covariate must be finite. Drop or impute those "
+                        "rows before the analysis."
+                    )
+        family = type(rv.owner.op).__name__
+        if family not in _COUNT_LIKELIHOODS:
+            continue
+        value = array_value(model.rvs_to_values[rv])
+        if value is None:  # computed in the graph: not checked here (the gate decides)
+            continue
+        upper = _COUNT_LIKELIHOODS[family]
+        ok = np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
+        if upper is not None:
+            ok = ok and np.all(value <= upper)
+        if not bool(ok):
+            allowed = "0 or 1" if upper == 1 else "non-negative integers"
+            raise InvalidDataError(
+                f"The observed variable `{rv.name}` has values outside the support of its "
+                f"{family.removesuffix('RV')} distribution: they must be {allowed}. Check the "
+                "data's coding before the analysis."
+            )

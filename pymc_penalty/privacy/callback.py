@@ -1,0 +1,143 @@
+"""The sampling callback: composes every chain's releases, stops when the budget is out.
+
+``pm.sample`` calls the callback in the main process for every draw of every chain, tuning
+draws included, with the step's statistics. Each released draw carries its ``dp_mu``; the
+callback composes it in one :class:`~pymc_penalty.accounting.GDPAccountant` per chain (and one
+per party of a several-owners run) and overall. The ledger, not the callback, is what
+keeps a run from overspending (workers may run ahead of the callback); the callback stops the
+run once a step reports that the ledger refused a release, and cross-checks its own total
+against the ledger's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+from pymc_penalty.accounting import GDPAccountant
+from pymc_penalty.errors import BudgetExhausted, PrivacyAccountingError
+from pymc_penalty.privacy.budget import PrivacyBudget
+
+__all__ = ["BudgetExhausted", "PrivacyAccountingError", "PrivacyCallback"]
+
+_log = logging.getLogger("pymc.penalty")
+
+
+def _released(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The statistics of the step methods that released this draw."""
+    return [method_stats for method_stats in stats if method_stats.get("dp_released")]
+
+
+def _was_refused(stats: list[dict[str, Any]]) -> bool:
+    return any("dp_released" in s and not s["dp_released"] for s in stats)
+
+
+class PrivacyCallback:
+    """Compose the privacy cost of every release of a run, across chains and tuning.
+
+    Pass it as ``pm.sample(callback=...)``. It raises :class:`BudgetExhausted` (a
+    ``KeyboardInterrupt``) as soon as any chain reports a release refused by the ledger, which
+    stops all chains with ``cores > 1`` and the current chain with ``cores = 1``.
+
+    Parameters
+    ----------
+    budget : PrivacyBudget
+        The budget, used to show the spent epsilon while sampling.
+    ledger : object, optional
+        The run's ledger (``spent_mu2``); checked against the composed total by
+        :meth:`check_against_ledger`.
+    log_every : int, default 0
+        Log the spent epsilon every this many draws (over all chains); 0 to stay quiet.
+    """
+
+    def __init__(self, budget: PrivacyBudget, ledger: Any = None, *, log_every: int = 0) -> None:
+        self.budget = budget
+        self.ledger = ledger
+        self.log_every = int(log_every)
+        #: One accountant per chain: its releases, tuning included.
+        self.chain_accountants: dict[int, GDPAccountant] = defaultdict(GDPAccountant)
+        #: One accountant per per-party statistic (``dp_mu_owner_<j>``, ``dp_mu_outsider``).
+        self.party_accountants: dict[str, GDPAccountant] = defaultdict(GDPAccountant)
+        self.tuning_releases = 0
+        self.draws_seen = 0
+        self.refused = False
+
+    def __call__(self, trace: Any = None, draw: Any = None) -> None:
+        """Record one draw (the signature ``pm.sample`` calls)."""
+        self.draws_seen += 1
+        released = _released(draw.stats)
+        chain = self.chain_accountants[draw.chain]  # a chain counts from its first draw
+        for method_stats in released:
+            chain.spend(float(method_stats["dp_mu"]))
+            for key, value in method_stats.items():
+                if key.startswith("dp_mu_"):
+                    self.party_accountants[key].spend(float(value))
+        if draw.tuning:
+            self.tuning_releases += len(released)
+        if self.log_every and self.draws_seen % self.log_every == 0:
+            _log.info(
+                "privacy: epsilon spent %.4g of %.4g (delta %.3g) after %d releases",
+                self.epsilon,
+                self.budget.epsilon,
+                self.budget.delta,
+                self.releases,
+            )
+        if _was_refused(draw.stats):
+            self.refused = True
+            raise BudgetExhausted("privacy budget exhausted")
+
+    @property
+    def accountant(self) -> GDPAccountant:
+        """A new accountant composing every chain's releases seen so far."""
+        return GDPAccountant.total(self.chain_accountants.values())
+
+    @property
+    def mu2_by_chain(self) -> dict[int, float]:
+        """Composed ``sum mu_t^2`` of each chain's releases."""
+        return {c: acc.mu_squared for c, acc in self.chain_accountants.items()}
+
+    @property
+    def releases_by_chain(self) -> dict[int, int]:
+        """Releases of each chain (every chain that reported a draw, tuning included)."""
+        return {c: acc.releases for c, acc in self.chain_accountants.items()}
+
+    @property
+    def component_mu2(self) -> dict[str, float]:
+        """Composed ``sum mu_t^2`` of each per-party statistic (several-owners runs)."""
+        return {key: acc.mu_squared for key, acc in self.party_accountants.items()}
+
+    @property
+    def mu2(self) -> float:
+        """Composed ``sum mu_t^2`` of the releases seen so far."""
+        return self.accountant.mu_squared
+
+    @property
+    def mu(self) -> float:
+        """Composed Gaussian-DP ``mu`` of the releases seen so far."""
+        return self.accountant.mu
+
+    @property
+    def epsilon(self) -> float:
+        """Tight epsilon (at the budget's delta) of the releases seen so far."""
+        return self.accountant.get_epsilon(self.budget.delta)
+
+    @property
+    def releases(self) -> int:
+        """Number of releases seen so far, over all chains and tuning."""
+        return self.accountant.releases
+
+    def check_against_ledger(self) -> None:
+        """Raise :class:`PrivacyAccountingError` if the draws seen cost more than the ledger.
+
+        The ledger may show more (workers run ahead of the callback; reserved chunks count as
+        spent), never less.
+        """
+        if self.ledger is None:
+            return
+        ledger_mu2 = self.ledger.spent_mu2
+        if self.mu2 > ledger_mu2 * (1.0 + 1e-9) + 1e-300:
+            raise PrivacyAccountingError(
+                "The releases reported by the chains cost more than the ledger recorded; the "
+                "result must not be published."
+            )

@@ -1,0 +1,210 @@
+"""Publishing a penalty-step result: the privacy report, the stripped data, the verdict.
+
+:func:`finalize` is the last step of the low-level path
+``pm.sample(step=PenaltyMetropolis(epsilon=..., delta=...))``; :func:`pymc_penalty.sample`
+ends with the same code (:func:`finalize_result`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.errors import ConvergenceWarning
+from pymc_penalty.privacy.budget import PrivacyBudget
+from pymc_penalty.privacy.callback import PrivacyCallback
+from pymc_penalty.results.diagnostics import ESS_MIN, R_HAT_MAX, convergence_verdict
+from pymc_penalty.results.report import attach_report, build_report
+from pymc_penalty.sampling.step import PenaltyMetropolis
+
+__all__ = ["finalize", "finalize_result", "step_report"]
+
+
+def mean_clipped_fraction(idata: az.InferenceData) -> float:
+    stats = idata.sample_stats
+    frac = np.asarray(stats["dp_clipped_fraction"].values, dtype=float)
+    released = np.asarray(stats["dp_released"].values, dtype=bool)
+    vals = frac[released & np.isfinite(frac)]
+    return float(vals.mean()) if vals.size else float("nan")
+
+
+def releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
+    """Releases per chain, tuning included, from the stored statistics and the ledger.
+
+    Stored draws say which were released. Tuning draws are usually not stored: a chain whose
+    first stored draw was released released every tuning step too (a ledger's refusal is
+    final for a fixed per-step cost, so nothing before a released step was refused). For the
+    other chains the ledger's release count, less the chains known, is shared out, each
+    getting at most its tuning steps.
+    """
+    stats = idata.sample_stats
+    released = np.asarray(stats["dp_released"].values, dtype=bool)
+    counts = released.sum(axis=1)
+    warm = idata.warmup_sample_stats if "warmup_sample_stats" in idata.groups() else None
+    if warm is not None and "dp_released" in warm:
+        counts = counts + np.asarray(warm["dp_released"].values, dtype=bool).sum(axis=1)
+    else:
+        tune = int(stats.attrs.get("tuning_steps", 0) or 0)
+        certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
+        counts = counts + np.where(certain, tune, 0)
+        total = getattr(ledger, "releases", None)
+        rest = tune * int((~certain).sum()) if total is None else int(total) - int(counts.sum())
+        for c in np.flatnonzero(~certain):
+            share = min(tune, max(rest, 0))
+            counts[c] += share
+            rest -= share
+    chains = np.asarray(stats["chain"].values)
+    return {int(c): int(k) for c, k in zip(chains, counts, strict=True)}
+
+
+def return_reservation(ledger: Any) -> None:
+    release = getattr(ledger, "release_unused", None)
+    if release is not None:
+        release()
+
+
+def step_report(
+    step: Any,
+    budget: PrivacyBudget,
+    callback: PrivacyCallback | None,
+    clipped_fraction: float,
+    releases_by_chain: dict[int, int] | None = None,
+) -> dict[str, Any]:
+    """The report of what ``step``'s ledger has committed (its unused reservation returned)."""
+    return_reservation(step.ledger)
+    if callback is not None:
+        releases_by_chain = dict(callback.releases_by_chain)
+    return build_report(
+        step=step,
+        budget=budget,
+        spent_mu2=step.ledger.spent_mu2,
+        releases_by_chain=releases_by_chain or {},
+        clipped_fraction=clipped_fraction,
+        component_mu2=None if callback is None else dict(callback.component_mu2),
+    )
+
+
+def finalize_result(
+    idata: az.InferenceData,
+    step: Any,
+    *,
+    callback: PrivacyCallback | None,
+    model: pm.Model | None,
+    keep_data: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> az.InferenceData:
+    budget = getattr(step, "budget", None)
+    if budget is None and callback is not None:
+        budget = callback.budget
+    if budget is None:
+        raise ValueError(
+            "`step` has no budget: construct it with `epsilon` and `delta` (or pass the "
+            "`callback` that composed its releases, which holds the budget)."
+        )
+    ledger = getattr(step, "ledger", None)
+    if ledger is None or not hasattr(ledger, "spent_mu2"):
+        raise ValueError(
+            "`step` has no PrivacyLedger, so what it released was never counted: construct it "
+            "with `epsilon` and `delta`."
+        )
+    if not isinstance(idata, az.InferenceData):
+        raise ValueError("`idata` must be the InferenceData that pm.sample returned.")
+    if "dp_epsilon" in idata.attrs:
+        raise ValueError("`idata` already has a privacy report: it was finalized before.")
+    if "sample_stats" not in idata.groups() or "dp_released" not in idata.sample_stats:
+        raise ValueError(
+            "`idata` has no penalty-step statistics (`dp_released` in sample_stats): pass the "
+            "result of pm.sample with this step."
+        )
+    return_reservation(ledger)  # this process's: the file then holds every grant
+    if callback is not None:
+        callback.check_against_ledger()
+    releases = None if callback is not None else releases_by_chain(idata, ledger)
+    report = step_report(step, budget, callback, mean_clipped_fraction(idata), releases)
+    report.update(extra or {})
+    if model is None:
+        model = getattr(step, "_model", None)
+    idata = attach_report(idata, report, model=model, keep_data=keep_data)
+    verdict_after_sampling(idata)
+    return idata
+
+
+def verdict_after_sampling(idata: az.InferenceData) -> None:
+    """Attach the convergence verdict (released draws only) and warn when it is bad."""
+    verdict = convergence_verdict(idata)
+    idata.attrs.update(verdict)
+    if verdict["dp_convergence"] == "not converged":
+        warnings.warn(
+            f"The private chains have not converged: largest R-hat "
+            f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "
+            f"{verdict['dp_ess_bulk_min']:.3g} (want >= {ESS_MIN:g}). Do not report these "
+            "draws as the posterior: the budget was too small for this model and n (see the "
+            "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
+            "docs/choosing-parameters.md.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+
+
+def finalize(
+    idata: az.InferenceData,
+    step: PenaltyMetropolis,
+    *,
+    callback: PrivacyCallback | None = None,
+    model: pm.Model | None = None,
+) -> az.InferenceData:
+    """Make ``pm.sample``'s result publishable: attach the privacy report, strip the data.
+
+    The last step of the low-level path::
+
+        with model:
+            step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, plan=plan)
+            idata = pm.sample(plan.draws, tune=plan.tune, chains=plan.chains, step=step)
+        idata = pp.finalize(idata, step)
+
+    The report (:func:`~pymc_penalty.build_report`) is built from the step's own budget and
+    ledger: ``dp_epsilon`` is what the ledger committed, over every chain and process, tuning
+    included, and never more than the budget. :func:`~pymc_penalty.attach_report` then
+    removes ``observed_data``, ``constant_data``, ``log_likelihood``, data-dependent
+    Deterministics and record ids, and the draws the ledger refused. :func:`sample` ends the
+    same way.
+
+    Why a separate call: PyMC has no hook that runs after sampling, so a step cannot clean
+    ``pm.sample``'s result itself. A budgeted step therefore warns when it is made
+    (:class:`~pymc_penalty.UnpublishedResultWarning`), and only a finalized result carries
+    ``dp_epsilon`` in its attrs, which :func:`pymc_penalty.results.diagnostics.summary` requires.
+
+    Parameters
+    ----------
+    idata : InferenceData
+        What ``pm.sample(step=step, ...)`` returned. It is modified in place.
+    step : PenaltyMetropolis
+        The step that produced it, constructed with ``epsilon`` and ``delta`` (or with a
+        :class:`~pymc_penalty.PrivacyLedger` and the ``callback`` below).
+    callback : PrivacyCallback, optional
+        If it was passed to ``pm.sample``: its per-chain release counts (and several owners'
+        per-party costs) go into the report, and it is checked against the ledger. Without
+        it, releases per chain are counted from the stored statistics; where the budget ran
+        out before a chain's first stored draw, its tuning releases (not stored by default)
+        are inferred from the ledger's release count.
+    model : pm.Model, optional
+        The sampled model; default the step's.
+
+    Returns
+    -------
+    InferenceData
+        The same object, with the report in ``attrs`` (keys ``dp_*``).
+
+    Raises
+    ------
+    ValueError
+        If the step has no budget or no ledger, if ``idata`` is not a penalty-step result, or
+        if it was finalized already.
+    PrivacyAccountingError
+        If ``callback`` saw releases that cost more than the ledger recorded.
+    """
+    return finalize_result(idata, step, callback=callback, model=model)

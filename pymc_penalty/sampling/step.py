@@ -1,0 +1,486 @@
+"""PenaltyMetropolis: the penalty algorithm as a PyMC step method.
+
+Each step proposes one blocked random-walk move over all free continuous variables, releases
+the clipped log-likelihood difference with Gaussian noise (one release per step) and accepts
+with the penalised test of :mod:`pymc_penalty.sampling.kernel`. Prior, Jacobian and proposal terms
+carry no data and are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+from pymc.util import get_value_vars_from_user_vars
+
+from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours, step_length
+from pymc_penalty.errors import NotPrivateWarning, UnpublishedResultWarning
+from pymc_penalty.model.checks import (
+    check_model_data,
+    data_dependent_deterministics,
+    validate_model,
+)
+from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
+from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.sampling.adaptation.state import (
+    ClippedPenaltyState,
+    PenaltyMetropolisState,
+    TuningMixin,
+    progressbar_config,
+    progressbar_update_functions,
+    starting_proposal,
+)
+from pymc_penalty.sampling.kernel import (
+    PenaltyState,
+    Release,
+    StepNoise,
+    info_stats,
+    stats_dtypes_shapes,
+    transition,
+)
+from pymc_penalty.sampling.noise_source import PrivateNoiseMixin
+from pymc_penalty.sampling.setup import (
+    CLIP_STAT,
+    DEFAULT_PLAN,
+    PROPOSAL_STAT,
+    Ledger,
+    check_blocked,
+    check_noise_arguments,
+    check_proposal_options,
+    declare_clip_stat,
+    declare_proposal_stat,
+    resolve_adapt_window,
+    warn_data_deterministics,
+    warn_not_private,
+)
+from pymc_penalty.validation import check_step_arguments
+
+__all__ = [
+    "DEFAULT_PLAN",
+    "PROPOSAL_STAT",
+    "Ledger",
+    "NotPrivateWarning",
+    "PenaltyMetropolis",
+    "PenaltyMetropolisState",
+    "UnpublishedResultWarning",
+    "check_blocked",
+    "declare_proposal_stat",
+    "resolve_adapt_window",
+]
+
+
+class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
+    """Metropolis-Hastings with differentially private moves (the penalty algorithm).
+
+    The log-likelihood difference between the proposal and the current point is computed as a
+    sum of per-datapoint ratios, each clipped to ``[-B, B]``, released with Gaussian noise of
+    standard deviation ``sigma``, and the proposal is accepted with probability
+    ``min(1, prior ratio * exp(d_hat - sigma^2 / 2))``. Because ``sigma`` is known and
+    symmetric in the two points, the chain targets the exact posterior whenever clipping is
+    inactive.
+
+    Parameters
+    ----------
+    vars : list of Variable, optional
+        Variables to sample. Must be all free variables of the model (the default): any other
+        step method would evaluate the likelihood without noise.
+    S : ndarray, optional
+        Proposal standard deviations (1-D) or covariance (2-D) on the unconstrained space.
+        Defaults to ones, or with ``clip="auto"`` under substitute-one neighbours to
+        ``1 / sqrt(n)``, the scale of a posterior informed by n rows, in which the found clip
+        starts (:func:`pymc_penalty.sampling.adaptation.starting_sd`). A given ``S`` is taken for
+        the
+        posterior's shape (as ``pymc_penalty.sample`` passes the warm start's covariance): a
+        found clip then starts at the Gaussian tail's constant in that metric and only moves
+        up, when the released counts show heavier tails (:class:`~pymc_penalty.sampling.adaptation.
+        ClipAdapter`, ``probe=False``).
+    proposal_dist : type, optional
+        ``pm.NormalProposal`` or ``pm.MultivariateNormalProposal`` (picked from ``S``'s
+        dimension when omitted). The step always draws one blocked, symmetric move.
+    scaling : float, default 1.0
+        Initial global scale factor of the proposal.
+    tune : bool, default True
+        Adapt the proposal during tuning (from released outcomes only: no privacy cost).
+    adapt_window : int, default 100
+        Length of the first covariance-adaptation window; windows double afterwards (the
+        scaling adapts at every tuning step). With ``clip="auto"`` the clip is re-estimated
+        every ``adapt_window // 2`` tuning steps.
+    tune_interval : int, optional
+        Deprecated name of ``adapt_window`` (``FutureWarning``). It is not ``pm.Metropolis``'s
+        ``tune_interval`` (steps between scaling updates).
+    epsilon, delta : float, optional
+        The privacy budget, ``epsilon`` in ``(0, inf)`` and ``delta`` in ``(0, 1)``: the
+        recommended way to make the step private. The step calibrates its per-step ``mu`` so
+        that ``plan`` spends at most the budget (:func:`pymc_penalty.calibrate`) and creates
+        its own :class:`~pymc_penalty.PrivacyLedger` (unless ``ledger`` is given), which every
+        chain and worker process shares and which refuses any release past the budget. Give
+        exactly one of the budget, ``mu`` and ``noise_sd``.
+    plan : RunPlan, optional
+        The run the budget is spread over, with a budget only. Defaults to
+        ``RunPlan(draws=1000, tune=1000, chains=4)``: ``pm.sample``'s
+        default draws and tuning steps, and 4 chains. Pass the ``draws``, ``tune`` and
+        ``chains`` you give ``pm.sample``: a run longer than the plan is stopped by the ledger
+        (the draws it refused are removed by :func:`pymc_penalty.finalize`), a shorter one
+        leaves budget unspent.
+    noise_sd : float, optional
+        Fixed noise standard deviation ``sigma``.
+    mu : float, optional
+        Per-step Gaussian-DP parameter: ``sigma = Delta / mu`` where ``Delta`` is the L2
+        sensitivity of this step's release. Requires a finite ``clip``.
+    clip : float or None, default 1.0
+        Clip constant. With ``clip_mode="distance"`` the bound is
+        ``B = clip * ||theta' - theta||_2``; with ``"metric"``,
+        ``B = clip * ||L^-1 (theta' - theta)||_2`` where ``L`` is the proposal's Cholesky
+        factor (``S``'s, then the tuned one: public, built from released states); with
+        ``"constant"``, ``B = clip``. ``None`` means
+        no clipping: exact but unbounded sensitivity, so not private (allowed with
+        ``noise_sd`` only; a :class:`NotPrivateWarning` says so).
+    clip_mode : {"distance", "metric", "constant", "lipschitz"}, default "distance"
+        How ``B`` depends on the proposal. ``"lipschitz"``: ``clip`` is a declared bound ``M``
+        on every ``|d log p(y_i | theta) / d theta_j|`` (on the unconstrained space) and
+        ``B = M * ||theta' - theta||_1``; violations are still clipped and counted
+        (``dp_clipped_fraction``), so the guarantee never rests on the declaration, and with
+        none the chain is exact.
+    neighbours : {"substitute", "add_remove"}, default "substitute"
+        Neighbour relation: ``Delta = 2B`` for substitute-one, ``B`` for add/remove-one.
+    adapt : {"full", "diag", "scaling", "none"}, default "full"
+        What the proposal adapts during tuning.
+    proposal : {"block", "component", "guided"}, default "block"
+        ``"block"`` moves all coordinates at once; ``"component"`` moves one random coordinate
+        per step; ``"guided"`` moves one random coordinate in its persistent direction, which
+        flips on rejection (Gustafson's guided walk). Each is one release per step.
+    max_step : float, optional
+        Bound every coordinate's move, ``|theta'_j - theta_j| < max_step`` (moves beyond it are
+        redrawn, which keeps the proposal symmetric), as the arXiv paper's Theorem 1 assumes.
+    target_accept : float, default 0.234
+        Target mean acceptance probability for the scaling adaptation.
+    clip_count_share : float, default 0.05
+        Share of each private step's ``mu^2`` spent on releasing the number of clipped
+        datapoints with Gaussian noise (reported as ``dp_clipped_fraction``). Set to 0 to
+        spend nothing on it; the statistic is then NaN.
+    clip_tail : float, default 1.0
+        With ``clip="auto"``: the found clip starts at this many times its Gaussian-tail
+        start (``>= 1``), for rows whose ratios are known, from released values, to have
+        heavier tails (``pymc_penalty.sample`` passes one from the private warm start's found
+        clip, :func:`pymc_penalty.planning.plan.clip_tail`). Public: it costs no privacy.
+    released_rows : float, optional
+        A released (noisy, hence public) count of the datapoints, e.g. the private warm
+        start's under add/remove-one neighbours (``WarmStart.n_rows``; ``pymc_penalty.sample``
+        passes it). Under add/remove-one, where n is private, a found clip (and a default
+        ``S``) then start from it as they start from n under substitute-one, instead of from
+        1; the clip still adapts toward one clipped row per release. Ignored under
+        substitute-one. It must be public: a count computed from the data without noise
+        would publish n through the clip (``dp_clip``).
+    reproducible_noise : bool, default False
+        Draw the privacy noise from the step's seeded generator (so ``random_seed``
+        reproduces runs) instead of a fresh OS-entropy generator. Not private.
+    ledger : object, optional
+        A privacy ledger with ``try_spend(mu2) -> bool``. Each release's cost ``mu_t^2`` is
+        committed before the data is touched; once refused, the step stops touching data
+        and returns the current point with ``dp_released=False``. With a budget it must be a
+        :class:`~pymc_penalty.PrivacyLedger` whose budget is at most the step's (a persistent
+        one, to share a budget between analyses), and the step is calibrated to what it has
+        left.
+    model : pm.Model, optional
+    rng : RandomGenerator, optional
+        Generator for proposals and uniforms (``pm.sample`` sets one per chain).
+    initial_point : dict, optional
+    compile_kwargs : dict, optional
+        Passed to PyTensor's compile (e.g. ``{"mode": "NUMBA"}``).
+    blocked : bool, default True
+        Must be True. Each step makes one release, the noisy log-likelihood difference for a
+        move of all its variables together, and pays for it once. ``blocked=False`` would make
+        PyMC run one step per variable, one release each: the same data released ``d`` times
+        per draw, ``d`` times the privacy cost, with each release's noise added to the test of
+        a move of one coordinate only. It is refused rather than silently priced so.
+
+    Warns
+    -----
+    UnpublishedResultWarning
+        With a budget. ``pm.sample`` offers no hook after sampling, so its ``InferenceData``
+        still holds ``observed_data``, ``constant_data``, ``log_likelihood`` and
+        data-dependent Deterministics, and has no privacy report. The warning is raised once,
+        when the step is made, rather than never: a raw result must not be mistaken for a
+        private one. Publish only what :func:`pymc_penalty.finalize` returns.
+    NotPrivateWarning
+        Without a budget and without a ledger (``mu`` or ``noise_sd`` alone): the number of
+        releases is unlimited and nothing composes them, so no guarantee holds. Also with
+        ``clip=None`` or ``reproducible_noise=True``.
+
+    Examples
+    --------
+    The low-level path, private by construction::
+
+        with model:
+            plan = pp.RunPlan(draws=500, tune=500, chains=2)
+            step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, plan=plan)
+            idata = pm.sample(500, tune=500, chains=2, step=step)
+        idata = pp.finalize(idata, step)  # strips the data, attaches the report
+    """
+
+    name = "penalty_metropolis"
+    default_blocked = True
+    stats_dtypes_shapes = {
+        **stats_dtypes_shapes(),  # the transition's (pymc_penalty.sampling.kernel.INFO_STATS)
+        "scaling": (np.float64, []),
+        # The step's proposal in the raveled, unconstrained space (its length is set per
+        # instance by `declare_proposal_stat`): data-independent, for waste recycling.
+        PROPOSAL_STAT: (object, [None]),
+    }
+    _state_class = ClippedPenaltyState
+    # (index, count) to release per-segment clipped sums; set by the owners variant.
+    _segments: tuple[np.ndarray, int] | None = None
+
+    def __init__(
+        self,
+        vars: list | None = None,
+        *,
+        S: np.ndarray | None = None,
+        proposal_dist: type | None = None,
+        scaling: float = 1.0,
+        tune: bool = True,
+        adapt_window: int | None = None,
+        tune_interval: int | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        plan: RunPlan | None = None,
+        noise_sd: float | None = None,
+        mu: float | None = None,
+        clip: float | str | None = 1.0,
+        clip_mode: str = "distance",
+        neighbours: str = "substitute",
+        adapt: str = "full",
+        proposal: str = "block",
+        max_step: float | None = None,
+        target_accept: float = 0.234,
+        clip_count_share: float = 0.05,
+        reproducible_noise: bool = False,
+        ledger: Ledger | None = None,
+        model: pm.Model | None = None,
+        rng: Any = None,
+        initial_point: dict[str, np.ndarray] | None = None,
+        compile_kwargs: dict[str, Any] | None = None,
+        blocked: bool = True,
+        released_rows: float | None = None,
+        clip_tail: float = 1.0,
+    ) -> None:
+        model = pm.modelcontext(model)
+        check_blocked(blocked)
+        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
+        # Everything about the budget is checked before the model is analysed or compiled
+        # and before any ledger exists.
+        check_step_arguments(
+            epsilon=epsilon,
+            delta=delta,
+            plan=plan,
+            clip=clip,
+            clip_count_share=clip_count_share,
+            neighbours=neighbours,
+            clip_mode=clip_mode,
+            target_accept=target_accept,
+            tune_interval=adapt_window,
+            scaling=scaling,
+            released_rows=released_rows,
+            clip_tail=clip_tail,
+        )
+        budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
+        clip_auto = isinstance(clip, str) and clip == "auto"
+        check_proposal_options(adapt, proposal, max_step, proposal_dist)
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        if vars is None:
+            vars = model.value_vars
+        else:
+            vars = get_value_vars_from_user_vars(vars, model)
+        adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+        self._n = validate_model(model, vars, add_remove=adds)
+        check_model_data(model)  # NaN, inf, values outside the support
+        leaky = data_dependent_deterministics(model, self._n)
+        warn_data_deterministics(leaky)
+
+        size = sum(initial_point[v.name].size for v in vars)
+        self.neighbours = Neighbours.parse(neighbours)
+        self.clip_mode = ClipMode.parse(clip_mode)
+        self.noise_sd = None if noise_sd is None else float(noise_sd)
+        n_public = None if self.neighbours is Neighbours.ADD_REMOVE else self._n
+        shaped = S is not None  # a given S is taken for the posterior's shape (the clip holds)
+        # The start's row count: n where public, else a released count if one was given.
+        start_rows = n_public if n_public is not None else released_rows
+        S, clip = starting_proposal(S, size, clip, start_rows, float(clip_tail))
+        self.clip = clip
+        #: True when the clip constant is found in tuning from the released clipped counts.
+        self.clip_auto = clip_auto
+        self.clip_count_share = float(clip_count_share)
+        self.reproducible_noise = bool(reproducible_noise)
+        # The model (already held by PyMC's own constructor arguments): finalize's default.
+        self._model = model
+        #: The ``(epsilon, delta)`` budget and its plan (None when given ``mu`` or ``noise_sd``).
+        self.budget = budget
+        self.plan = plan
+        if budget is not None:
+            if ledger is None:
+                ledger = PrivacyLedger(budget.mu)  # a file: shared by every chain and process
+            mu = calibrate(
+                available_mu(ledger),
+                plan,
+                n_datapoints=self._n,
+                clip=self.clip,
+                clip_mode=self.clip_mode,
+                neighbours=self.neighbours,
+                clip_count_share=self.clip_count_share,
+            )
+        self.mu = None if mu is None else float(mu)
+        self.ledger = ledger
+        self.private = self.clip is not None and not self.reproducible_noise
+        warn_not_private(
+            budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
+        )
+
+        self._init_tuning(
+            S,
+            scaling,
+            tune,
+            adapt,
+            target_accept,
+            adapt_window,
+            proposal,
+            max_step,
+            n_public,
+            clip_probe=not shaped,
+        )
+        self._lik = PenaltyLikelihood(
+            model, vars, initial_point, compile_kwargs, segments=self._segments
+        )
+        super().__init__(vars, shared={}, blocked=True, rng=rng)
+        declare_proposal_stat(self, size)
+        if clip_auto:
+            declare_clip_stat(self)
+
+    # --- the step ------------------------------------------------------------------------
+
+    def _sensitivity_and_noise(self, step_length: float) -> tuple[float, ...]:
+        """Return (bound B, Delta, sigma of the likelihood release, count noise sd, step mu):
+        :func:`pymc_penalty.privacy.mechanism.release_noise` with this step's clip and noise."""
+        return release_noise(  # a ReleaseNoise, unpacked by the callers as a tuple
+            self.clip,
+            self.clip_mode,
+            self.neighbours,
+            step_length,
+            mu=self.mu,
+            noise_sd=None if self.mu is not None else self.noise_sd,
+            count_share=self.clip_count_share,
+        )
+
+    def _step_noise(self, length: float) -> tuple[StepNoise, Callable, float | None]:
+        """The step's noise (public inputs only), its release function (the one part a variant
+        replaces: here one owner's clipped sum) and the clip count's noise sd, which the clip
+        adaptation reads (None: the count does not tune the clip)."""
+        bound, delta, sigma, count_sd, step_mu = self._sensitivity_and_noise(length)
+
+        def release(state: PenaltyState, x1: np.ndarray) -> Release:
+            return self._release_sum(state, x1, bound, sigma, count_sd)
+
+        return StepNoise(delta, sigma, sigma**2, step_mu), release, count_sd
+
+    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
+        """Draw a proposal in the input dtype; return it with the length its bound scales by.
+
+        The previous step's tuning update is applied here, at the start of a step that still
+        tunes (as ``pm.Metropolis`` tunes at the start of its step): the first draw after
+        tuning then uses exactly the proposal and clip the last tuning draw recorded.
+        """
+        self._start_step()
+        x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        diff = np.asarray(x1, dtype=np.float64) - x0
+        return x1, step_length(self.clip_mode, diff, self.adapter.chol)
+
+    def _current(self, x0: np.ndarray) -> PenaltyState:
+        """The state at ``x0`` from the cache; when the cache holds another state (or other
+        data), its layout is checked (shapes only, before anything is spent) and the log
+        prior is NaN, the mark :meth:`_evaluate` rebuilds the cache on once the budget is paid."""
+        if self._lik.holds(x0):
+            return PenaltyState(x0, self._lik.current_logprior)
+        self._lik.check_layout()
+        return PenaltyState(x0, math.nan)
+
+    def _evaluate(self, state: PenaltyState, x1: np.ndarray, bound: float) -> tuple:
+        """After the budget is committed: (current state, proposal state, clipped sums,
+        clipped counts), rebuilding the cache of the current point first when it is stale
+        (a refused step must not evaluate the likelihood)."""
+        if math.isnan(state.log_prior):  # stale (see _current): rebuild, the budget is paid
+            state = PenaltyState(state.position, self._lik.reset(state.position, self._n))
+        sums, n_clipped, logprior1 = self._lik.propose(x1, bound)
+        return state, PenaltyState(x1, logprior1), sums, n_clipped
+
+    def _release_sum(
+        self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
+    ) -> Release:
+        """Release the clipped sum (and the clip count) with this step's noise."""
+        state, proposal, clipped_sum, n_clipped = self._evaluate(state, x1, bound)
+        noise = self._noise()
+        d_hat = clipped_sum + sigma * noise.standard_normal()
+        if not self.private:
+            clipped_count = float(n_clipped)
+        elif math.isfinite(count_sd):
+            clipped_count = n_clipped + count_sd * noise.standard_normal()
+        else:
+            clipped_count = math.nan
+        del n_clipped, clipped_sum  # exact values: never to leave this function
+        fraction = self._public_fraction(clipped_count, self._n)
+        return Release(d_hat, proposal, float(clipped_count), float(fraction), state)
+
+    def _step_stats(self, x1: np.ndarray) -> dict[str, Any]:
+        """The statistics of the proposal and the tuning, known before anything is released."""
+        stats = {"scaling": self.adapter.scaling, PROPOSAL_STAT: x1.copy()}
+        if self.clip_auto:
+            stats[CLIP_STAT] = self.clip
+        return stats
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        """One penalised Metropolis step in the raveled parameter space (see
+        :func:`pymc_penalty.sampling.kernel.transition`)."""
+        x0 = q0.data
+        x1, length = self._propose(x0)
+        noise, release, count_sd = self._step_noise(length)
+        stats = self._step_stats(x1)
+        state = self._current(x0)
+        charge = None if self.ledger is None else self.ledger.try_spend
+        new, info = transition(self.rng, state, x1, noise, release, charge=charge)
+        stats.update(info_stats(info))
+        if not info.released:
+            return q0, [stats]
+        self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
+        self.adapter.after_decision(info.accepted)
+        if self.tune:
+            count = None
+            if self.clip_adapter is not None and count_sd is not None:
+                count = (info.clipped_count, count_sd)
+            self._pending_tuning.hold(new.position.copy(), info.accept, info.accepted, count)
+        return RaveledVars(new.position, q0.point_map_info), [stats]
+
+    def _public_fraction(self, clipped_count: float, n: int) -> float:
+        """The released clipped count as a fraction of the datapoints, where that count is
+        public (substitute-one); NaN under add/remove-one, where dividing by it would
+        publish it."""
+        if self.neighbours is Neighbours.ADD_REMOVE:
+            return math.nan
+        return clipped_count / n
+
+    # --- PyMC integration ----------------------------------------------------------------
+
+    @staticmethod
+    def competence(var: Any, has_grad: bool) -> Competence:
+        """Never chosen automatically: privacy must be asked for explicitly."""
+        return Competence.INCOMPATIBLE
+
+    _progressbar_config = staticmethod(progressbar_config)
+    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
