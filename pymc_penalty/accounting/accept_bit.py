@@ -8,13 +8,14 @@ proposal ratios, which carry no data), releases ``x + xi - s**2 / 2`` with
     accept  <=>  x + xi + E > s**2 / 2,
     P(accept | x) = alpha(x) = Phi(x/s - s/2) + exp(x) Phi(-x/s - s/2)
 
-(the seed's Prop. 1). For a neighbouring data set the ratio is ``x'`` with
-``|x - x'| <= Delta`` (the release's L2 sensitivity: ``2B`` substitute-one, ``B``
-add/remove-one). ``x`` is unknown and chosen adaptively, and the sign of ``x' - x`` may change
-from step to step. A pair at distance ``|x' - x| < Delta`` is a post-processing of a pair at
-``Delta`` (binary randomised response can be garbled from ``Bern(a)``, ``Bern(c)`` to
-``Bern(a)``, ``Bern(b)`` for ``a <= b <= c``), so the worst cases are the per-``x`` binary
-pairs ``(Bern(alpha(x)), Bern(alpha(x + Delta)))`` and their reverses.
+(the seed's Prop. 1; :func:`~pymc_penalty.accounting.expected_acceptance`). For a
+neighbouring data set the ratio is ``x'`` with ``|x - x'| <= Delta`` (the release's L2
+sensitivity: ``2B`` substitute-one, ``B`` add/remove-one). ``x`` is unknown and chosen
+adaptively, and the sign of ``x' - x`` may change from step to step. A pair at distance
+``|x' - x| < Delta`` is a post-processing of a pair at ``Delta`` (binary randomised response
+can be garbled from ``Bern(a)``, ``Bern(c)`` to ``Bern(a)``, ``Bern(b)`` for
+``a <= b <= c``), so the worst cases are the per-``x`` binary pairs
+``(Bern(alpha(x)), Bern(alpha(x + Delta)))`` and their reverses.
 
 **The dominating trade-off function.** With ``f_x`` the trade-off function of one such pair
 (Dong, Roth and Su 2022), every step is ``f``-DP for
@@ -53,6 +54,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from pymc_penalty.accounting._validation import _integer, _real
+from pymc_penalty.accounting.calibration import expected_acceptance
 from pymc_penalty.accounting.gdp import _gdp_epsilon, _log_gdp_delta
 
 __all__ = [
@@ -60,7 +62,6 @@ __all__ = [
     "accept_bit_epsilon",
     "accept_bit_pld",
     "accept_bit_releases_allowed",
-    "accept_probability",
     "binary_hockey_stick",
     "binary_tradeoff_corners",
     "dominating_pair",
@@ -94,9 +95,10 @@ def _log_alpha_prime(y: np.ndarray, s: float) -> np.ndarray:
 
 
 def _alpha(x: np.ndarray, s: float) -> np.ndarray:
+    """``alpha(x)``: :func:`expected_acceptance` for ``x <= 0``, ``1 - q(x)`` above (where
+    ``q`` is small and must keep its relative accuracy)."""
     x = np.asarray(x, dtype=float)
-    neg = np.minimum(x, 0.0)
-    low = np.exp(np.logaddexp(log_ndtr(neg / s - 0.5 * s), neg + log_ndtr(-neg / s - 0.5 * s)))
+    low = np.asarray(expected_acceptance(np.minimum(x, 0.0), s))
     return np.where(x <= 0.0, low, 1.0 - _q(x, s))
 
 
@@ -106,10 +108,8 @@ _LOG_Q_POSITIVE = np.vectorize(lambda x, s: _log_gdp_delta(x, s), otypes=[float]
 def _q(x: np.ndarray, s: float) -> np.ndarray:
     """``1 - alpha(x)``: for ``x >= 0`` it is GDP's ``delta(eps=x, mu=s)``, in log space."""
     x = np.asarray(x, dtype=float)
-    pos = np.maximum(x, 0.0)
-    neg = np.minimum(x, 0.0)
-    low = -np.expm1(np.logaddexp(log_ndtr(neg / s - 0.5 * s), neg + log_ndtr(-neg / s - 0.5 * s)))
-    return np.where(x <= 0.0, low, np.exp(_LOG_Q_POSITIVE(pos, s)))
+    low = 1.0 - np.asarray(expected_acceptance(np.minimum(x, 0.0), s))
+    return np.where(x <= 0.0, low, np.exp(_LOG_Q_POSITIVE(np.maximum(x, 0.0), s)))
 
 
 def _increment(x: np.ndarray, h: float, s: float) -> np.ndarray:
@@ -121,28 +121,6 @@ def _increment(x: np.ndarray, h: float, s: float) -> np.ndarray:
     y = starts[..., None] + 0.5 * width * (_GL_NODES + 1.0)
     vals = np.exp(_log_alpha_prime(y, s)) @ _GL_WEIGHTS
     return 0.5 * width * vals.sum(axis=-1)
-
-
-def accept_probability(x: np.ndarray | float, noise_sd: float) -> np.ndarray:
-    """Probability that the penalty test accepts, given the true log ratio ``x``.
-
-    ``alpha(x) = Phi(x/s - s/2) + exp(x) Phi(-x/s - s/2)`` with ``s = noise_sd``; ``x`` is the
-    log-likelihood difference plus the log prior and proposal ratios.
-
-    Parameters
-    ----------
-    x : float or array_like
-        True log acceptance ratio before noise and penalty.
-    noise_sd : float
-        Standard deviation ``s > 0`` of the release's Gaussian noise.
-
-    Returns
-    -------
-    ndarray
-        ``alpha(x)``, elementwise.
-    """
-    noise_sd = _real("noise_sd", noise_sd, low=0.0, low_open=True)
-    return _alpha(np.asarray(x, dtype=float), noise_sd)
 
 
 def binary_tradeoff_corners(
@@ -265,9 +243,7 @@ def _solve_loss(target: np.ndarray, h: float, s: float, low: float, high: float)
     return 0.5 * (lo + hi)
 
 
-def envelope_delta(
-    epsilon: np.ndarray | float, sensitivity: float, noise_sd: float
-) -> np.ndarray:
+def envelope_delta(epsilon: np.ndarray | float, sensitivity: float, noise_sd: float) -> np.ndarray:
     """Hockey-stick curve of the lower convex envelope over ``x`` of the binary trade-offs.
 
     ``delta(eps) = sup_x`` of the per-``x`` binary :func:`binary_hockey_stick`, both
@@ -451,9 +427,7 @@ def accept_bit_pld(
     pair = dominating_pair(
         sensitivity, noise_sd, discretization=discretization, tail_delta=tail_delta
     )
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots(
-        pair.discretization, pair.index, pair.deltas
-    )
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots(pair.discretization, pair.index, pair.deltas)
     return privacy_loss_distribution.PrivacyLossDistribution(pmf)
 
 
