@@ -38,14 +38,18 @@ import sys
 import time
 from collections.abc import Callable
 
+import numpy as np
 from _common import command_line
 from scipy.special import ndtr
 
 from pymc_penalty.accounting import gdp_mu
 from pymc_penalty.accounting.accept_bit import (
+    _alpha,
+    _q,
     accept_bit_epsilon,
     accept_bit_pld,
     accept_bit_releases_allowed,
+    dominating_pair,
 )
 
 DELTA = 1e-5
@@ -130,6 +134,33 @@ def with_clip_count(noise_sd: float, releases: int, epsilon: float) -> float:
     return math.floor(_boundary(fits, lo, 1.5 * lo, log=False)[0]) / releases
 
 
+def information(noise_sd: float, releases: int, epsilon: float) -> dict:
+    """Mean privacy loss (KL) per step, against the Gaussian's ``mu^2 / 2``.
+
+    ``pair``: the envelope's dominating pair, whose composition the table measures (for many
+    small steps its composition is close to Gaussian-DP with ``mu^2 = 2 T KL``, so the step
+    ratio is about ``1 / pair``); ``best_single_x``: the largest KL of one binary mechanism
+    over ``x`` (both directions), which is what the bit tells on average at a fixed ``x``.
+    """
+    mu_step = gdp_mu(epsilon, DELTA) / math.sqrt(releases)
+    sens = noise_sd * mu_step
+    pair = dominating_pair(sens, noise_sd)
+    kl_pair = float(np.sum(pair.upper * pair.loss))
+    xs = np.linspace(-40.0, noise_sd * (noise_sd / 2 + 10), 20_001)
+    a, b = _alpha(xs, noise_sd), _alpha(xs + sens, noise_sd)
+    qa, qb = _q(xs, noise_sd), _q(xs + sens, noise_sd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_x = np.maximum(
+            b * np.log(b / a) + qb * np.log(qb / qa), a * np.log(a / b) + qa * np.log(qa / qb)
+        )
+    half = mu_step * mu_step / 2
+    return {
+        "noise_sd": noise_sd,
+        "pair": kl_pair / half,
+        "best_single_x": float(np.nanmax(kl_x)) / half,
+    }
+
+
 def utility(sds: tuple[float, ...]) -> dict:
     releases, epsilon = UTILITY_CELL
     rows = []
@@ -185,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         f"best s: Gaussian {util['best_gauss_sd']:g}, bit {util['best_bit_sd']:g}; "
         f"gain at the optimum {util['gain_at_optimum']:.3f}x"
     )
+    info = [information(s, releases, epsilon) for s in grid["noise_sds"]]
+    print("\nmean privacy loss per step / (mu^2/2): envelope's pair, best single x:")
+    for r in info:
+        print(
+            f"  s = {r['noise_sd']:g}: {r['pair']:.3f} (1/that = {1 / r['pair']:.3f}), "
+            f"{r['best_single_x']:.3f}"
+        )
     count = with_clip_count(2.0, releases, epsilon)
     print(
         f"steps x at s = 2 with the clip count ({COUNT_SHARE:.0%} of mu^2, Gaussian): {count:.3f}"
@@ -215,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_steps_ratio": best["steps_ratio"],
         "cells_at_target": len(at_target),
         "utility": util,
+        "kl_ratio": info,
         "steps_ratio_with_clip_count_s2": count,
         "verdict": verdict,
     }

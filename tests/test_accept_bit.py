@@ -266,3 +266,24 @@ def test_bad_arguments_are_refused():
         dominating_pair(0.1, -1.0)
     with pytest.raises(InvalidArgumentError):
         accept_bit_epsilon(0.1, 1.0, 0, 1e-5)
+
+
+def test_a_known_uniform_voids_the_gain():
+    """Must fail: if U is known (a public seed), the bit is a threshold of d + N(0, s^2) alone.
+
+    The supremum over x of those binary mechanisms is the Gaussian release's own curve, above
+    the envelope that assumes a secret U: bit-only accounting needs U from the private noise.
+    """
+    from scipy.special import ndtr
+
+    s, sens = 1.0, 0.05
+    mu = sens / s
+    e_known = 0.7  # -log U, known to the adversary
+    eps = np.linspace(0.5 * mu, 3 * mu, 6)
+    xs = np.linspace(-6, 6, 24_001)
+    a = ndtr((xs + e_known - s * s / 2) / s)  # P(accept | x, U)
+    b = ndtr((xs + sens + e_known - s * s / 2) / s)
+    known = np.max(b[None, :] - np.exp(eps)[:, None] * a[None, :], axis=1)
+    gauss = np.array([gdp_delta(e, mu) for e in eps])
+    np.testing.assert_allclose(known, gauss, rtol=1e-3)
+    assert np.all(known > 1.2 * envelope_delta(eps, sens, s))
