@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 from _common import command_line
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
 
 from pymc_penalty.accounting import gdp_mu
 from pymc_penalty.accounting.accept_bit import (
@@ -70,6 +70,7 @@ GRID = {
 UTILITY_CELL = (10_000, 1.0)  # (T, epsilon) of the utility and clip-count measurements
 COUNT_SHARE = 0.05
 TARGET = 1.5  # the adoption threshold: at least 1.5x more steps
+TARGET_ACCEPT = 0.234  # PenaltyMetropolis's default, steered to during tuning
 RTOL = 2e-3
 
 
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         f"best s: Gaussian {util['best_gauss_sd']:g}, bit {util['best_bit_sd']:g}; "
         f"gain at the optimum {util['gain_at_optimum']:.3f}x"
     )
+    # With the noise alone (x = 0) a step accepts 2 Phi(-s/2): tuning to target_accept caps s.
+    s_cap = -2.0 * float(ndtri(TARGET_ACCEPT / 2.0))
+    print(f"s at which the noise alone accepts {TARGET_ACCEPT}: {s_cap:.3f}")
     info = [information(s, releases, epsilon) for s in grid["noise_sds"]]
     print("\nmean privacy loss per step / (mu^2/2): envelope's pair, best single x:")
     for r in info:
@@ -254,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "cells_at_target": len(at_target),
         "utility": util,
         "kl_ratio": info,
+        "noise_sd_at_target_accept": s_cap,
         "steps_ratio_with_clip_count_s2": count,
         "verdict": verdict,
     }
