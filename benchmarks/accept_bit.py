@@ -26,20 +26,25 @@ step also releases the clip count (a Gaussian, 5% of the step's ``mu^2``, as ``p
 does), which the bit accounting cannot cover.
 
 Run ``python benchmarks/accept_bit.py [--quick]`` (full: a few minutes on one core; quick:
-under 60 s). The last line printed is ``RESULT {json}``.
+under 60 s). A full run also writes its output to ``docs/benchmarks/accept-bit.md``. The last
+line printed is ``RESULT {json}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
+import os
+import platform
 import sys
 import time
 from collections.abc import Callable
+from importlib import metadata
 
 import numpy as np
-from _common import command_line
+from _common import REPO_ROOT, command_line
 from scipy.special import ndtr, ndtri
 
 from pymc_penalty.accounting import gdp_mu
@@ -180,25 +185,52 @@ def utility(sds: tuple[float, ...]) -> dict:
     }
 
 
+LOG: list[str] = []
+DOCS_PATH = os.path.join(REPO_ROOT, "docs", "benchmarks", "accept-bit.md")
+
+
+def emit(*parts: object, flush: bool = False) -> None:
+    """Print a line and keep it for the docs page."""
+    line = " ".join(str(p) for p in parts)
+    print(line, flush=flush)
+    LOG.append(line)
+
+
+def write_page(lines: list[str], command: str) -> None:
+    """The full run's output as a docs page, with the command, the date and the machine."""
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    head = (
+        f"# Accept-bit accounting benchmark\n\nProduced by `{command}` (run from the repository "
+        f"root) on {date} (UTC); Python {platform.python_version()}, NumPy {np.__version__}, "
+        f"dp-accounting {metadata.version('dp-accounting')}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs. What it measures and the conclusion: "
+        '[Accounting](../accounting.md), section "Charging only the accept bit".\n\n'
+    )
+    text = "\n".join(line for line in lines if not line.startswith("command:"))
+    with open(DOCS_PATH, "w", encoding="utf-8") as fh:
+        fh.write(head + "```text\n" + text.strip() + "\n```\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two cells only (under 60 s)")
     mode = "quick" if parser.parse_args(argv).quick else "full"
     grid = GRID[mode]
+    LOG.clear()
     t0 = time.perf_counter()
-    print(f"accept-bit accounting against Gaussian accounting ({mode}), delta = {DELTA:g}")
-    print(f"command: {command_line(__file__, argv)}\n")
+    emit(f"accept-bit accounting against Gaussian accounting ({mode}), delta = {DELTA:g}")
+    emit(f"command: {command_line(__file__, argv)}\n")
 
     rows = []
-    print("| T | epsilon | s | mu_step | bit eps at T | steps x (same s) | s_bit / s (same T) |")
-    print("|---|---|---|---|---|---|---|")
+    emit("| T | epsilon | s | mu_step | bit eps at T | steps x (same s) | s_bit / s (same T) |")
+    emit("|---|---|---|---|---|---|---|")
     for releases in grid["releases"]:
         for epsilon in grid["epsilons"]:
             for s in grid["noise_sds"]:
                 r = cell(releases, epsilon, s)
                 rows.append(r)
-                print(
+                emit(
                     f"| {releases:.0e} | {epsilon:g} | {s:g} | {r['mu_step']:.3g} | "
                     f"{r['bit_epsilon']:.4f} | {r['steps_ratio']:.3f} | {r['noise_ratio']:.3f} |",
                     flush=True,
@@ -206,31 +238,29 @@ def main(argv: list[str] | None = None) -> int:
 
     util = utility(grid["utility_sds"])
     releases, epsilon = UTILITY_CELL
-    print(
+    emit(
         f"\nbudget-limited ESS proxy 2 Phi(-s/2) s^2 x steps ratio (T = {releases:g}, eps = "
         f"{epsilon:g}):"
     )
-    print("| s | steps x | Gaussian | bit |\n|---|---|---|---|")
+    emit("| s | steps x | Gaussian | bit |\n|---|---|---|---|")
     for r in util["rows"]:
-        print(f"| {r['noise_sd']:g} | {r['steps_ratio']:.3f} | {r['gauss']:.3f} | {r['bit']:.3f} |")
-    print(
+        emit(f"| {r['noise_sd']:g} | {r['steps_ratio']:.3f} | {r['gauss']:.3f} | {r['bit']:.3f} |")
+    emit(
         f"best s: Gaussian {util['best_gauss_sd']:g}, bit {util['best_bit_sd']:g}; "
         f"gain at the optimum {util['gain_at_optimum']:.3f}x"
     )
     # With the noise alone (x = 0) a step accepts 2 Phi(-s/2): tuning to target_accept caps s.
     s_cap = -2.0 * float(ndtri(TARGET_ACCEPT / 2.0))
-    print(f"s at which the noise alone accepts {TARGET_ACCEPT}: {s_cap:.3f}")
+    emit(f"s at which the noise alone accepts {TARGET_ACCEPT}: {s_cap:.3f}")
     info = [information(s, releases, epsilon) for s in grid["noise_sds"]]
-    print("\nmean privacy loss per step / (mu^2/2): envelope's pair, best single x:")
+    emit("\nmean privacy loss per step / (mu^2/2): envelope's pair, best single x:")
     for r in info:
-        print(
+        emit(
             f"  s = {r['noise_sd']:g}: {r['pair']:.3f} (1/that = {1 / r['pair']:.3f}), "
             f"{r['best_single_x']:.3f}"
         )
     count = with_clip_count(2.0, releases, epsilon)
-    print(
-        f"steps x at s = 2 with the clip count ({COUNT_SHARE:.0%} of mu^2, Gaussian): {count:.3f}"
-    )
+    emit(f"steps x at s = 2 with the clip count ({COUNT_SHARE:.0%} of mu^2, Gaussian): {count:.3f}")
 
     by_s: dict[float, list[float]] = {}
     for r in rows:
@@ -238,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     span = {s: (min(v), max(v)) for s, v in by_s.items()}
     best = max(rows, key=lambda r: r["steps_ratio"])
     at_target = [r for r in rows if r["steps_ratio"] >= TARGET]
-    print(
+    emit(
         "\nsteps x over the grid, by s: "
         + ", ".join(f"s = {s:g}: {lo:.3f}-{hi:.3f}" for s, (lo, hi) in span.items())
     )
@@ -248,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         if at_target
         else f"no cell reaches {TARGET}x"
     )
-    print(verdict)
-    print(f"total wall time {time.perf_counter() - t0:.1f} s")
+    emit(verdict)
+    emit(f"total wall time {time.perf_counter() - t0:.1f} s")
     summary = {
         "delta": DELTA,
         "rows": rows,
@@ -262,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
         "steps_ratio_with_clip_count_s2": count,
         "verdict": verdict,
     }
+    if mode == "full":  # the committed page holds full-mode figures only
+        write_page(LOG, command_line(__file__, argv))
+        print(f"wrote {os.path.relpath(DOCS_PATH, REPO_ROOT)}")
     print("RESULT " + json.dumps(summary))
     return 0
 
