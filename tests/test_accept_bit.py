@@ -172,17 +172,14 @@ def test_pair_dominates_every_binary_between_grid_points(s, sens):
 
 
 def test_pair_is_dp_accountings_connect_the_dots_pld():
-    """Our polygon's pair and dp-accounting's connect-the-dots PMF are the same distribution."""
+    """Our polygon's pair and dp-accounting's connect-the-dots PLD have the same curve."""
     s, sens = 2.0, 0.02
     pair = dominating_pair(sens, s)
-    pmf = accept_bit_pld(sens, s)._pmf_remove
-    mass = dict(zip(pair.index.tolist(), pair.upper.tolist(), strict=True))
-    theirs = pmf._loss_probs if hasattr(pmf, "_loss_probs") else None
-    if theirs is None:  # dense
-        theirs = {pmf._lower_loss + i: p for i, p in enumerate(pmf._probs)}
-    for k, p in theirs.items():
-        assert p == pytest.approx(mass.get(k, 0.0), abs=1e-13)
-    assert pmf._infinity_mass == pytest.approx(pair.infinity_mass, abs=1e-20)
+    pld = accept_bit_pld(sens, s)
+    eps = np.concatenate([pair.loss[::7], (pair.index[::11] + 0.5) * pair.discretization])
+    ours = pair_hockey_stick(pair, eps)
+    theirs = np.array([pld.get_delta_for_epsilon(e) for e in eps])
+    np.testing.assert_allclose(theirs, ours, rtol=1e-9, atol=1e-15)
 
 
 def test_too_small_sensitivity_is_caught():
