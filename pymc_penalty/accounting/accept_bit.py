@@ -55,7 +55,7 @@ from scipy.special import log_ndtr
 
 from pymc_penalty.accounting._validation import _integer, _real
 from pymc_penalty.accounting.calibration import expected_acceptance
-from pymc_penalty.accounting.gdp import _gdp_epsilon, _log_gdp_delta
+from pymc_penalty.accounting.gdp import _gdp_epsilon, _log_gdp_delta, gdp_mu
 
 __all__ = [
     "DominatingPair",
@@ -102,7 +102,7 @@ def _alpha(x: np.ndarray, s: float) -> np.ndarray:
     return np.where(x <= 0.0, low, 1.0 - _q(x, s))
 
 
-_LOG_Q_POSITIVE = np.vectorize(lambda x, s: _log_gdp_delta(x, s), otypes=[float])
+_LOG_Q_POSITIVE = np.vectorize(_log_gdp_delta, otypes=[float])
 
 
 def _q(x: np.ndarray, s: float) -> np.ndarray:
@@ -493,8 +493,6 @@ def accept_bit_releases_allowed(
     int
         ``T`` with ``accept_bit_epsilon(T) <= epsilon``; 0 when not even one fits.
     """
-    from pymc_penalty.accounting.gdp import gdp_mu
-
     sensitivity, noise_sd = _check(sensitivity, noise_sd)
     epsilon = _real("epsilon", epsilon, low=0.0, low_open=True)
     mu = gdp_mu(epsilon, delta)
