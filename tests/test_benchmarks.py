@@ -54,6 +54,31 @@ def check_accounting(res: dict) -> None:
     assert _positive(res["calibration_ms"]["median"])
 
 
+def check_accept_bit(res: dict) -> None:
+    from pymc_penalty.accounting import gdp_mu
+
+    assert res["delta"] == 1e-5 and res["rows"]
+    for row in res["rows"]:
+        # The Gaussian calibration of the cell: T steps of mu_step compose to the budget's mu.
+        mu = row["mu_step"] * math.sqrt(row["releases"])
+        assert mu == pytest.approx(gdp_mu(row["epsilon"], 1e-5), rel=1e-12)
+        # The bit is a post-processing of the Gaussian release: never worse, so at least as many
+        # steps and at most as much noise; and it gains more where the uniform's Exp(1) weighs
+        # more against the noise (smaller s).
+        assert row["bit_epsilon"] < row["epsilon"]
+        assert row["steps_ratio"] >= 1.0 and 0.0 < row["noise_ratio"] <= 1.0
+    ratios = res["steps_ratio_by_noise_sd"]
+    sds = sorted(ratios, key=float)
+    assert all(ratios[a][0] > ratios[b][1] for a, b in zip(sds, sds[1:], strict=False))
+    assert res["cells_at_target"] == sum(r["steps_ratio"] >= 1.5 for r in res["rows"])
+    util = res["utility"]
+    best = max(r["bit"] for r in util["rows"]) / max(r["gauss"] for r in util["rows"])
+    assert util["gain_at_optimum"] == pytest.approx(best)
+    # The clip count stays Gaussian: it dilutes the gain at s = 2, never adds to it.
+    s2 = ratios["2"]
+    assert 1.0 <= res["steps_ratio_with_clip_count_s2"] <= s2[1]
+
+
 def check_expfam(res: dict) -> None:
     per_step = res["per_step_seconds"]
     assert {"1000", "1000000"} <= set(per_step)
@@ -269,6 +294,7 @@ CHECKS = {
     "defaults_seeds": check_defaults_seeds,
     "peer_probe": check_peer_probe,
     "accounting": check_accounting,
+    "accept_bit": check_accept_bit,
     "gauss": check_gauss,
     "contamination": check_contamination,
     "utility": check_utility,

@@ -28,6 +28,10 @@ from ``pymc_penalty.accounting`` directly:
   (``pymc_penalty.calibrate``, with ``pymc_penalty.RunPlan`` and :func:`plan_releases`;
   :func:`calibrate_step_mu` is its deprecated alias taking a budget) and the closed-form
   expected acceptance probability of the penalty test (:func:`expected_acceptance`);
+* :mod:`~pymc_penalty.accounting.accept_bit`: tight accounting for a step that publishes only
+  its accept bit (the envelope over ``x`` of the binary trade-off curves, its dominating pair
+  and its PLD composed with `dp-accounting`); analysis only, not re-exported here and not
+  charged by the ledger (``docs/accounting.md`` has the measurement);
 * :mod:`~pymc_penalty.accounting._validation`: the shared argument checkers (private).
 
 Pure NumPy/SciPy: nothing here imports PyMC.  Sensitivities are the L2 sensitivity under the
