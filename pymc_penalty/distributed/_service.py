@@ -35,10 +35,19 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.errors import OwnerSideError
+from pymc_penalty.model.checks import check_model_data
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.ledger import PrivacyLedger
 
-__all__ = ["OwnerService", "OwnerSideError", "load_rows"]
+__all__ = [
+    "OwnerService",
+    "OwnerSideError",
+    "RowsService",
+    "ShardService",
+    "keyed_noise",
+    "load_rows",
+    "load_secret",
+]
 
 
 def load_rows(loader: Callable[[], Mapping[str, Any]] | str | os.PathLike) -> dict[str, Any]:
@@ -57,8 +66,9 @@ def load_rows(loader: Callable[[], Mapping[str, Any]] | str | os.PathLike) -> di
     return {str(k): np.asarray(v) for k, v in rows.items()}
 
 
-def _secret(path: Path) -> bytes:
-    """The owner's noise key, created once from OS entropy and kept beside its ledger."""
+def load_secret(path: Path) -> bytes:
+    """A noise key, created once from OS entropy and kept beside its ledger (an owner's, or
+    the driver's of a sharded run)."""
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -77,7 +87,121 @@ def _digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
-class OwnerService:
+class RowsService:
+    """Rows loaded on this worker, the model compiled on them, and the per-chain cache.
+
+    What an owner and a shard share: the loader runs here (never in the driver), its arrays
+    fill the model's ``pm.Data`` containers after checks that name the array but never a
+    value or a row count, and :meth:`clipped_sums` returns every chain's exact clipped sum
+    and clip count. Those are exact and data-dependent: a subclass adds noise
+    (:class:`OwnerService`) or returns them only to a driver that adds it
+    (:class:`ShardService`).
+
+    Parameters
+    ----------
+    name : str
+        Its name (in messages).
+    model_bytes : bytes
+        The model, pickled without rows (its ``pm.Data`` containers hold placeholders).
+    value_names : list of str
+        Names of the value variables of the raveled parameter vector, in order.
+    point : dict
+        A point giving their shapes.
+    loader : callable or path
+        See :func:`load_rows`; it runs here, never in the driver.
+    driver_pid : int
+        The driver's process id: the rows are refused if this is the driver's process.
+    compile_kwargs : dict, optional
+    kind : str, default "Owner"
+        How messages call it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model_bytes: bytes,
+        value_names: list[str],
+        point: dict[str, np.ndarray],
+        loader: Any,
+        driver_pid: int,
+        compile_kwargs: dict[str, Any] | None = None,
+        kind: str = "Owner",
+    ) -> None:
+        if os.getpid() == driver_pid:
+            raise OwnerSideError(f"{kind} {name!r}: its rows would load in the driver's process.")
+        self.name = name
+        model = cloudpickle.loads(model_bytes)
+        containers = {v.name: v for v in model.data_vars}
+        rows = load_rows(loader)
+        unknown = sorted(set(rows) - set(containers))
+        if unknown:
+            raise OwnerSideError(
+                f"{kind} {name!r}: the loader returned {unknown}, which are not pm.Data "
+                f"containers of the model (it has {sorted(containers)})."
+            )
+        lengths = set()
+        for key, value in rows.items():
+            placeholder = containers[key].get_value(borrow=True)
+            if value.ndim != placeholder.ndim or value.shape[1:] != placeholder.shape[1:]:
+                raise OwnerSideError(
+                    f"{kind} {name!r}: array {key!r} must have the placeholder's trailing "
+                    f"shape {placeholder.shape[1:]} (columns); it differs."
+                )
+            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+                raise OwnerSideError(f"{kind} {name!r}: array {key!r} holds NaN or inf.")
+            lengths.add(value.shape[0] if value.ndim else 1)
+        if len(lengths) != 1 or 0 in lengths:
+            # Row counts are not printed: under add/remove-one neighbours they are private.
+            raise OwnerSideError(
+                f"{kind} {name!r}: the loader's arrays must share one positive number of rows."
+            )
+        with model:
+            pm.set_data(rows)
+        by_name = {v.name: v for v in model.value_vars}
+        value_vars = [by_name[v] for v in value_names]
+        self._model = model
+        self._lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
+        self._n = lengths.pop()
+        self._cache: dict[int, dict[bytes, np.ndarray]] = {}
+
+    def ready(self) -> str:
+        """Its name, once its rows are loaded and its likelihood compiled."""
+        return self.name
+
+    def clipped_sums(
+        self, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every chain's exact clipped sum and clip count (data-dependent: never returned to
+        a caller by this class; the budget must be committed before it is called)."""
+        chains = x0s.shape[0]
+        sums, counts = np.empty(chains), np.empty(chains)
+        for c in range(chains):
+            ll0 = self._terms(c, x0s[c])
+            ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
+            self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
+            sums[c], counts[c] = clipped_sum, n_clipped
+        return sums, counts
+
+    def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
+        """Per-row terms at a chain's current point: from the cache (the last call's current
+        point or proposal, whichever was accepted), else computed."""
+        cached = self._cache.get(chain, {}).get(x.tobytes())
+        if cached is not None:
+            return cached
+        x = np.asarray(x, dtype=self._lik.input_dtype)
+        return self._lik.initial(x, self._n)[0]
+
+
+def points(x0s: Any, x1s: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Own, writeable, aligned copies: arrays deserialised from a message may be views of a
+    read-only buffer, which the compiled function refuses."""
+    return (
+        np.array(np.atleast_2d(x0s), dtype=np.float64, order="C"),
+        np.array(np.atleast_2d(x1s), dtype=np.float64, order="C"),
+    )
+
+
+class OwnerService(RowsService):
     """One data owner's releases, run in the owner's worker process.
 
     Parameters
@@ -121,48 +245,15 @@ class OwnerService:
         driver_pid: int,
         compile_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if os.getpid() == driver_pid:
-            raise OwnerSideError(f"Owner {name!r}: its rows would load in the driver's process.")
-        self.name = name
+        super().__init__(name, model_bytes, value_names, point, loader, driver_pid, compile_kwargs)
         self._factor = float(factor)
-        model = cloudpickle.loads(model_bytes)
-        containers = {v.name: v for v in model.data_vars}
-        rows = load_rows(loader)
-        unknown = sorted(set(rows) - set(containers))
-        if unknown:
-            raise OwnerSideError(
-                f"Owner {name!r}: the loader returned {unknown}, which are not pm.Data "
-                f"containers of the model (it has {sorted(containers)})."
-            )
-        lengths = set()
-        for key, value in rows.items():
-            placeholder = containers[key].get_value(borrow=True)
-            if value.ndim != placeholder.ndim or value.shape[1:] != placeholder.shape[1:]:
-                raise OwnerSideError(
-                    f"Owner {name!r}: array {key!r} must have the placeholder's trailing "
-                    f"shape {placeholder.shape[1:]} (columns); it differs."
-                )
-            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                raise OwnerSideError(f"Owner {name!r}: array {key!r} holds NaN or inf.")
-            lengths.add(value.shape[0] if value.ndim else 1)
-        if len(lengths) != 1 or 0 in lengths:
-            # Row counts are not printed: under add/remove-one neighbours they are private.
-            raise OwnerSideError(
-                f"Owner {name!r}: the loader's arrays must share one positive number of rows."
-            )
-        with model:
-            pm.set_data(rows)
-        by_name = {v.name: v for v in model.value_vars}
-        value_vars = [by_name[v] for v in value_names]
-        self._lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
-        self._n = lengths.pop()
         ledger = Path(ledger_path)
         self._ledger = (
             PrivacyLedger.open(ledger, reserve_fraction=reserve_fraction)
             if ledger.exists()
             else PrivacyLedger(budget_mu, ledger, reserve_fraction=reserve_fraction)
         )
-        self._secret = _secret(ledger.with_name(ledger.name + ".key"))
+        self._secret = load_secret(ledger.with_name(ledger.name + ".key"))
         self._journal_path = ledger.with_name(ledger.name + ".journal")
         self._journal: dict[tuple[str, int], str] = {}
         self._last: dict[str, int] = {}
@@ -172,13 +263,8 @@ class OwnerService:
                 key = (entry["run"], int(entry["step"]))
                 self._journal[key] = entry["digest"]
                 self._last[key[0]] = max(self._last.get(key[0], -1), key[1])
-        self._cache: dict[int, dict[bytes, np.ndarray]] = {}
 
     # --- what the driver may ask -------------------------------------------------------
-
-    def ready(self) -> str:
-        """The owner's name, once its rows are loaded and its likelihood compiled."""
-        return self.name
 
     def spent(self) -> dict[str, float]:
         """The owner's own ledger: budget, spent and releases (public figures); its unused
@@ -207,10 +293,7 @@ class OwnerService:
         Returns ``{"released": bool, "sums": (chains,), "counts": (chains,)}``; ``released``
         is False (and nothing is computed) when the owner's budget cannot pay.
         """
-        # Own, writeable, aligned copies: arrays deserialised from a message may be views of
-        # a read-only buffer, which the compiled function refuses.
-        x0s = np.array(np.atleast_2d(x0s), dtype=np.float64, order="C")
-        x1s = np.array(np.atleast_2d(x1s), dtype=np.float64, order="C")
+        x0s, x1s = points(x0s, x1s)
         bounds, mu2 = np.atleast_1d(bounds), np.atleast_1d(mu2)
         sigmas = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (x0s.shape[0],))
         digest = _digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
@@ -237,16 +320,12 @@ class OwnerService:
             self._journal[key] = digest
             self._last[key[0]] = key[1]
         # The budget is committed (now or when the id was first seen): the rows may be read.
-        noise = self._noise(key)
-        chains = x0s.shape[0]
-        sums, counts = np.empty(chains), np.empty(chains)
-        for c in range(chains):
-            ll0 = self._terms(c, x0s[c])
-            ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
-            self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
-            sums[c] = clipped_sum + sigmas[c] * noise.standard_normal()
+        noise = keyed_noise(self._secret, key)
+        sums, counts = self.clipped_sums(x0s, x1s, bounds)
+        for c in range(x0s.shape[0]):
+            sums[c] += sigmas[c] * noise.standard_normal()
             z = noise.standard_normal()
-            counts[c] = n_clipped + count_sd * z if math.isfinite(count_sd) else math.nan
+            counts[c] = counts[c] + count_sd * z if math.isfinite(count_sd) else math.nan
         return {"released": True, "sums": sums, "counts": counts}
 
     # --- internals ---------------------------------------------------------------------
@@ -267,17 +346,61 @@ class OwnerService:
                 "costs under the owner's neighbour relation; nothing was charged or released."
             )
 
-    def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
-        """Per-row terms at a chain's current point: from the cache (the last call's current
-        point or proposal, whichever was accepted), else computed."""
-        cached = self._cache.get(chain, {}).get(x.tobytes())
-        if cached is not None:
-            return cached
-        x = np.asarray(x, dtype=self._lik.input_dtype)
-        return self._lik.initial(x, self._n)[0]
 
-    def _noise(self, key: tuple[str, int]) -> np.random.Generator:
-        """A counter-based generator keyed by the owner's secret and the step id: a retried
-        id draws the same noise, so its release is identical and costs nothing more."""
-        h = hashlib.blake2b(f"{key[0]}/{key[1]}".encode(), key=self._secret, digest_size=16)
-        return np.random.Generator(np.random.Philox(key=int.from_bytes(h.digest(), "little")))
+def keyed_noise(secret: bytes, key: tuple[str, int]) -> np.random.Generator:
+    """A counter-based generator keyed by a secret and a step id ``(run, step)``: a retried
+    id draws the same noise, so its release is identical and costs nothing more."""
+    h = hashlib.blake2b(f"{key[0]}/{key[1]}".encode(), key=secret, digest_size=16)
+    return np.random.Generator(np.random.Philox(key=int.from_bytes(h.digest(), "little")))
+
+
+class ShardService(RowsService):
+    """One shard of a single curator's table, run in a worker process next to its rows.
+
+    Unlike an owner it holds no ledger and adds no noise: it returns every chain's *exact*
+    clipped partial sum and clip count to the driver, which sums the shards, adds one noise
+    draw per release and has charged its ledger before it asked (see
+    :class:`~pymc_penalty.distributed.shards.ShardPool`). Its reply is one float and one
+    count per chain, whatever its number of rows. The data of the table are checked here,
+    after loading (:func:`~pymc_penalty.model.checks.check_model_data`: finite values, count
+    likelihoods' support), with messages that name the array, never a value.
+
+    It counts how often each step id was computed (:meth:`computed`): a measurement of
+    re-executed calls, which the driver's journal makes harmless (a step's noise is keyed by
+    its id, so a recomputed step is released identically or refused).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model_bytes: bytes,
+        value_names: list[str],
+        point: dict[str, np.ndarray],
+        loader: Any,
+        driver_pid: int,
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            name, model_bytes, value_names, point, loader, driver_pid, compile_kwargs, "Shard"
+        )
+        try:
+            check_model_data(self._model)
+        except ValueError as exc:  # the gate's messages name variables, never values
+            raise OwnerSideError(f"Shard {name!r}: {exc}") from None
+        self._computed: dict[tuple[str, int], int] = {}
+
+    def partial_sums(
+        self, run: str, step: int, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Every chain's exact clipped partial sum and clip count for step ``(run, step)``:
+        ``{"sums": (chains,) float64, "counts": (chains,) int64}``. The driver has committed
+        the step's cost before it calls (and adds the noise)."""
+        x0s, x1s = points(x0s, x1s)
+        key = (str(run), int(step))
+        self._computed[key] = self._computed.get(key, 0) + 1
+        sums, counts = self.clipped_sums(x0s, x1s, np.atleast_1d(bounds))
+        return {"sums": sums, "counts": counts.astype(np.int64)}
+
+    def computed(self) -> dict[str, int]:
+        """How many times each step id was computed here, ``{"run/step": times}``."""
+        return {f"{run}/{step}": k for (run, step), k in self._computed.items()}

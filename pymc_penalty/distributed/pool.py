@@ -30,7 +30,7 @@ from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import OwnerError
 from pymc_penalty.privacy.budget import PrivacyBudget
 
-__all__ = ["Owner", "OwnerError", "OwnerPool"]
+__all__ = ["ActorPool", "Owner", "OwnerError", "OwnerPool"]
 
 #: Seconds a call may take before its owner counts as lost (set per pool).
 DEFAULT_TIMEOUT = 60.0
@@ -90,8 +90,9 @@ class Owner:
         object.__setattr__(self, "budget_mu", budget.mu)
 
 
-def _connect(cluster: Any, n_workers: int) -> tuple[Any, Any]:
-    """A client (and the LocalCluster it owns, or None)."""
+def _connect(cluster: Any, n_workers: int, error: type[Exception] = OwnerError) -> tuple[Any, Any]:
+    """A client (and the LocalCluster it owns, or None); ``error`` when no scheduler
+    answers."""
     try:
         import dask
         from distributed import Client, LocalCluster
@@ -117,11 +118,93 @@ def _connect(cluster: Any, n_workers: int) -> tuple[Any, Any]:
         try:
             return Client(cluster, timeout="10s", set_as_default=False), None
         except OSError:
-            raise OwnerError(f"No Dask scheduler answered at `cluster`={cluster!r}.") from None
+            raise error(f"No Dask scheduler answered at `cluster`={cluster!r}.") from None
     raise ValueError("`cluster` must be None (a LocalCluster), a scheduler address or a Client.")
 
 
-class OwnerPool:
+class ActorPool:
+    """Actors on Dask workers, one per party (an owner, or a shard), and calls to them that
+    never retry silently: every call has a timeout, and a lost, hung or failing actor raises
+    :attr:`error` naming it (:meth:`_answer`, :meth:`_call`). Subclasses start their actors
+    with :meth:`_start` and say what was spent in :meth:`_spent_text`."""
+
+    #: How messages name a party.
+    kind = "Owner"
+    #: The error a lost or failing party raises.
+    error: type[OwnerError] = OwnerError
+
+    def __init__(self, cluster: Any, n_workers: int, timeout: float, run: str | None) -> None:
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError("`timeout` must be a positive number of seconds.")
+        self.timeout = float(timeout)
+        #: Loading the rows and compiling on the worker may take longer than a step.
+        self.start_timeout = max(self.timeout, START_TIMEOUT)
+        self.run = run or uuid.uuid4().hex
+        self._step = 0
+        self._actors: list[Any] = []
+        self.client, self._cluster = _connect(cluster, n_workers, self.error)
+
+    def _start(self, names: Sequence[str], futures: Sequence[Any]) -> list[Any]:
+        """Wait for each actor to start and load its rows; on failure close and raise."""
+        try:
+            for name, fut in zip(names, futures, strict=True):
+                with self.client.as_current():  # the actor handle binds to this client
+                    actor = self._answer(name, fut, "start", self.start_timeout)
+                self._answer(name, actor.ready(), "load its rows", self.start_timeout)
+                self._actors.append(actor)
+        except BaseException:
+            self.close()
+            raise
+        return self._actors
+
+    def _answer(self, name: str, future: Any, what: str, timeout: float | None = None) -> Any:
+        """A call's result within the timeout, or :attr:`error` naming the party."""
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            raise self.error(
+                f"{self.kind} {name!r} did not {what} within {timeout:g} s (lost or "
+                f"hung); the run stops. {self._spent_text(exclude=name)}"
+            ) from None
+        except OwnerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the worker's messages may quote data
+            reason = str(exc) if type(exc).__name__ == "OwnerSideError" else type(exc).__name__
+            raise self.error(
+                f"{self.kind} {name!r} failed to {what} ({reason}); the run stops. "
+                f"{self._spent_text(exclude=name)}"
+            ) from None
+
+    def _call(self, name: str, what: str, send: Callable[[], Any]) -> Any:
+        """Send a call; an actor whose worker is already known lost raises :attr:`error`."""
+        try:
+            return send()
+        except Exception as exc:  # noqa: BLE001 - Dask raises RuntimeError for a lost actor
+            raise self.error(
+                f"{self.kind} {name!r} failed to {what} ({type(exc).__name__}: its worker is "
+                f"lost); the run stops. {self._spent_text(exclude=name)}"
+            ) from None
+
+    def _spent_text(self, exclude: str) -> str:  # pragma: no cover - overridden
+        return ""
+
+    def close(self) -> None:
+        """Drop the actors and, if this pool started it, the LocalCluster."""
+        self._actors = []
+        if self._cluster is not None:
+            self.client.close()
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> ActorPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class OwnerPool(ActorPool):
     """One actor per owner, holding its rows; releases asked for all chains at once.
 
     Parameters
@@ -166,15 +249,8 @@ class OwnerPool:
         names = [o.name for o in owners]
         if len(set(names)) != len(names):
             raise ValueError("`owners` must have distinct names.")
-        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError("`timeout` must be a positive number of seconds.")
         self.owners = owners
-        self.timeout = float(timeout)
-        #: Loading the rows and compiling on the worker may take longer than a step.
-        self.start_timeout = max(self.timeout, START_TIMEOUT)
-        self.run = run or uuid.uuid4().hex
-        self._step = 0
-        self.client, self._cluster = _connect(cluster, len(owners))
+        super().__init__(cluster, len(owners), timeout, run)
         model_bytes = cloudpickle.dumps(model)
         value_names = [v.name for v in value_vars]
         point = {k: np.asarray(v) for k, v in point.items()}
@@ -206,47 +282,9 @@ class OwnerPool:
                     **where,
                 )
             )
-        self._actors = []
-        try:
-            for owner, fut in zip(owners, futures, strict=True):
-                with self.client.as_current():  # the actor handle binds to this client
-                    actor = self._answer(owner, fut, "start", self.start_timeout)
-                self._answer(owner, actor.ready(), "load its rows", self.start_timeout)
-                self._actors.append(actor)
-        except BaseException:
-            self.close()
-            raise
+        self._start(names, futures)
 
     # --- calls -----------------------------------------------------------------------
-
-    def _answer(self, owner: Owner, future: Any, what: str, timeout: float | None = None) -> Any:
-        """A call's result within the timeout, or OwnerError naming the owner."""
-        timeout = self.timeout if timeout is None else timeout
-        try:
-            return future.result(timeout=timeout)
-        except TimeoutError:
-            raise OwnerError(
-                f"Owner {owner.name!r} did not {what} within {timeout:g} s (lost or "
-                f"hung); the run stops. {self._spent_text(exclude=owner)}"
-            ) from None
-        except OwnerError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the worker's messages may quote data
-            reason = str(exc) if type(exc).__name__ == "OwnerSideError" else type(exc).__name__
-            raise OwnerError(
-                f"Owner {owner.name!r} failed to {what} ({reason}); the run stops. "
-                f"{self._spent_text(exclude=owner)}"
-            ) from None
-
-    def _call(self, owner: Owner, what: str, send: Callable[[], Any]) -> Any:
-        """Send a call; an actor whose worker is already known lost raises OwnerError."""
-        try:
-            return send()
-        except Exception as exc:  # noqa: BLE001 - Dask raises RuntimeError for a lost actor
-            raise OwnerError(
-                f"Owner {owner.name!r} failed to {what} ({type(exc).__name__}: its worker is "
-                f"lost); the run stops. {self._spent_text(exclude=owner)}"
-            ) from None
 
     def release(
         self,
@@ -289,7 +327,7 @@ class OwnerPool:
         sigmas = np.broadcast_to(sigmas, (len(self._actors), np.atleast_2d(x0s).shape[0]))
         calls = [
             self._call(
-                owner,
+                owner.name,
                 f"release step {step}",
                 lambda actor=actor, k=k: actor.release(
                     self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
@@ -298,7 +336,7 @@ class OwnerPool:
             for k, (owner, actor) in enumerate(zip(self.owners, self._actors, strict=True))
         ]
         replies = [
-            self._answer(owner, call, f"release step {step}")
+            self._answer(owner.name, call, f"release step {step}")
             for owner, call in zip(self.owners, calls, strict=True)
         ]
         if not all(r["released"] for r in replies):
@@ -309,16 +347,18 @@ class OwnerPool:
         """Each owner's ledger as the owner reports it."""
         return {
             owner.name: self._answer(
-                owner, self._call(owner, "report its ledger", actor.spent), "report its ledger"
+                owner.name,
+                self._call(owner.name, "report its ledger", actor.spent),
+                "report its ledger",
             )
             for owner, actor in zip(self.owners, self._actors, strict=True)
         }
 
-    def _spent_text(self, exclude: Owner) -> str:
+    def _spent_text(self, exclude: str) -> str:
         parts = []
         # While the pool starts, the owners after the failing one have no actor yet.
         for owner, actor in zip(self.owners, self._actors, strict=False):
-            if owner is exclude:
+            if owner.name == exclude:
                 parts.append(f"{owner.name}: unknown (see its ledger file)")
                 continue
             try:
@@ -327,20 +367,6 @@ class OwnerPool:
             except Exception:  # noqa: BLE001
                 parts.append(f"{owner.name}: unknown (see its ledger file)")
         return "Spent per owner: " + ("; ".join(parts) if parts else "none started") + "."
-
-    def close(self) -> None:
-        """Drop the actors and, if this pool started it, the LocalCluster."""
-        self._actors = []
-        if self._cluster is not None:
-            self.client.close()
-            self._cluster.close()
-            self._cluster = None
-
-    def __enter__(self) -> OwnerPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _service_class() -> type:
