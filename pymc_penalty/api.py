@@ -191,6 +191,7 @@ def sample(
     model: pm.Model | None = None,
     owners: Any = None,
     cluster: Any = None,
+    shards: Any = None,
     backend: str = "pymc",
     **pm_sample_kwargs: Any,
 ) -> az.InferenceData:
@@ -268,6 +269,10 @@ def sample(
     owners, cluster : optional
         Several data owners on a Dask cluster: a list of
         :class:`pymc_penalty.distributed.Owner`; see :func:`pymc_penalty.distributed.sample`.
+    shards : list of loaders, optional
+        One curator's table split into shards on a Dask cluster (``cluster`` as for owners):
+        one loader (callable or ``.npz`` path) per shard, run on the workers; the driver adds
+        one noise draw per release. See :func:`pymc_penalty.distributed.sample_sharded`.
     backend : {"pymc", "jax"}, default "pymc"
         ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
         draws run on a JAX device in jitted blocks, with the same releases, noise source,
@@ -289,19 +294,20 @@ def sample(
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     model = pm.modelcontext(model)
-    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
+    parties = owners if shards is None else shards  # distributed: no warm start, no JAX
+    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.backends.jax.driver
         from pymc_penalty.backends.jax.driver import check_jax_backend, sample_on_device
 
-        check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
-    if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
+        check_jax_backend(pm_sample_kwargs, step_kwargs, parties, model=model)
+    if parties is not None:  # owners or shards on a cluster: pymc_penalty.distributed
         chains = resolve_chains(chains, 0.0, None)  # no warm start there
         args = dict(locals(), **pm_sample_kwargs)
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
-        skip = ("pm_sample_kwargs", "backend")
+        skip = ("pm_sample_kwargs", "backend", "parties")
         return from_pp_sample({k: v for k, v in args.items() if k not in skip})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(

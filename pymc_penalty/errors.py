@@ -28,6 +28,7 @@ __all__ = [
     "PrivateSamplingError",
     "RowCouplingError",
     "SamplingInterrupted",
+    "ShardError",
     "UnpublishedResultWarning",
     "UtilityWarning",
     "WarmStartRefused",
@@ -158,6 +159,14 @@ class DistributedSamplingError(OwnerError):
         self.run = run
         self.step = step
         self.privacy_report = privacy_report
+
+
+class ShardError(OwnerError):
+    """A shard of a sharded run failed, was lost or did not answer; names the shard.
+
+    A subclass of :class:`OwnerError`, so code that catches a lost party of a distributed run
+    catches a lost shard too. Nothing of that step was released (the noise is added at the
+    driver, once every shard has answered)."""
 
 
 class OwnerSideError(RuntimeError):

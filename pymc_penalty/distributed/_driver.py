@@ -50,7 +50,7 @@ def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np
 
 
 def run_chains(
-    pool: OwnerPool,
+    pool: OwnerPool | Any,
     config: RunConfig,
     journal: Journal,
     header: dict[str, Any],
@@ -65,8 +65,14 @@ def run_chains(
     adapt: str,
     target_accept: float,
     adapt_window: int,
+    party_stats: bool = True,
 ) -> az.InferenceData:
-    """The lockstep loop over steps, all chains at once; returns the raw InferenceData."""
+    """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
+
+    ``pool`` is an :class:`OwnerPool` or a :class:`~pymc_penalty.distributed.shards.ShardPool`
+    (one party: the curator, whose noise the pool adds once). ``party_stats`` records each
+    owner's and the outsider's ``mu`` per step (off for shards, where there are no parties).
+    """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
     step_mu = float(owner_mu.max())
@@ -84,7 +90,9 @@ def run_chains(
     xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
     logpriors = np.array([prior(x) for x in xs])
     trace = np.empty((chains, steps, xs.shape[1]))
-    names = ["scaling", *(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
+    names = ["scaling"]
+    if party_stats:
+        names += [*(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
     stats = {name: np.zeros((chains, steps)) for name in names}
     stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
     stopped = False
@@ -133,7 +141,7 @@ def run_chains(
         noise_var = np.sum(sigmas**2, axis=0)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
         for c, adapter in enumerate(adapters):
-            party_c = (*party, ("dp_mu_outsider", mu_out[c]))
+            party_c = (*party, ("dp_mu_outsider", mu_out[c])) if party_stats else ()
             noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
 
             def release(

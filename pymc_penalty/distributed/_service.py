@@ -44,6 +44,7 @@ __all__ = [
     "OwnerSideError",
     "RowsService",
     "ShardService",
+    "digest",
     "keyed_noise",
     "load_rows",
     "load_secret",
@@ -78,7 +79,8 @@ def load_secret(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _digest(*arrays: np.ndarray) -> str:
+def digest(*arrays: np.ndarray) -> str:
+    """A release's identity: the digest of its points, bounds and noise (public inputs)."""
     h = hashlib.blake2b(digest_size=16)
     for a in arrays:
         a = np.ascontiguousarray(a, dtype=np.float64)
@@ -296,10 +298,10 @@ class OwnerService(RowsService):
         x0s, x1s = points(x0s, x1s)
         bounds, mu2 = np.atleast_1d(bounds), np.atleast_1d(mu2)
         sigmas = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (x0s.shape[0],))
-        digest = _digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
+        step_digest = digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
         key = (str(run), int(step))
         retried = key in self._journal
-        if retried and self._journal[key] != digest:
+        if retried and self._journal[key] != step_digest:
             raise OwnerSideError(
                 f"Owner {self.name!r}: step {key} was already released for other points; "
                 "a step id is used once."
@@ -316,8 +318,8 @@ class OwnerService(RowsService):
             # Flushed, not synced: the charge above is what must survive (the ledger syncs
             # it); a journal line lost to a power failure only makes a retry pay again.
             with open(self._journal_path, "a") as f:
-                f.write(json.dumps({"run": key[0], "step": key[1], "digest": digest}) + "\n")
-            self._journal[key] = digest
+                f.write(json.dumps({"run": key[0], "step": key[1], "digest": step_digest}) + "\n")
+            self._journal[key] = step_digest
             self._last[key[0]] = key[1]
         # The budget is committed (now or when the id was first seen): the rows may be read.
         noise = keyed_noise(self._secret, key)

@@ -9,10 +9,11 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection, RaveledVars
 
 from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
@@ -20,8 +21,9 @@ from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.mechanism import release_noise
 from pymc_penalty.sampling.adaptation import ADAPT_MODES
+from pymc_penalty.sampling.setup import resolve_adapt_window
 
-__all__ = ["Journal", "RunConfig", "check_args", "owner_noise"]
+__all__ = ["Journal", "Run", "RunConfig", "check_args", "owner_noise", "prepare_run"]
 
 
 @dataclass(frozen=True)
@@ -95,19 +97,22 @@ class Journal:
         self.path = path
         self.runs: dict[str, dict[str, Any]] = {}
         self.charged: dict[str, set[int]] = {}
+        #: ``(run, step) -> digest`` of the points a sharded run released a step for.
+        self.points: dict[tuple[str, int], str] = {}
         if path is not None and path.exists():
             for line in path.read_text().splitlines():
-                entry = json.loads(line)
-                if "step" in entry:
-                    self.charged.setdefault(entry["run"], set()).add(int(entry["step"]))
-                else:
-                    self.runs[entry["run"]] = entry
+                self._note(json.loads(line))
 
-    def add(self, entry: dict[str, Any]) -> None:
-        if "step" in entry:
+    def _note(self, entry: dict[str, Any]) -> None:
+        if "digest" in entry:
+            self.points[(entry["run"], int(entry["step"]))] = entry["digest"]
+        elif "step" in entry:
             self.charged.setdefault(entry["run"], set()).add(int(entry["step"]))
         else:
             self.runs[entry["run"]] = entry
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self._note(entry)
         if self.path is not None:
             # A step line is flushed, not synced: the ledger's charge is what must survive; a
             # line lost to a power failure only makes a resumed run charge that step again.
@@ -148,3 +153,76 @@ def check_args(
     if adapt not in ADAPT_MODES:
         raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
     RunPlan(int(draws), int(tune), int(chains))  # validates the three
+
+
+class Run(NamedTuple):
+    """A distributed run's checked arguments and opened ledger, before any party starts."""
+
+    model: pm.Model
+    budget: PrivacyBudget
+    plan: RunPlan
+    adapt_window: int
+    neighbours: Neighbours
+    clip_mode: ClipMode
+    share: float
+    value_vars: list[Any]
+    point: dict[str, np.ndarray]
+    x_init: RaveledVars
+    S: np.ndarray
+    ledger: PrivacyLedger
+    journal: Journal
+    resumed: dict[str, Any] | None
+    config: RunConfig
+
+
+def prepare_run(
+    model: pm.Model | None,
+    *,
+    epsilon: float,
+    delta: float,
+    draws: int,
+    tune: int,
+    chains: int,
+    neighbours: str,
+    clip: float,
+    clip_mode: str,
+    clip_count_share: float,
+    S: np.ndarray | None,
+    scaling: float,
+    adapt: str,
+    target_accept: float,
+    adapt_window: int | None,
+    tune_interval: int | None,
+    ledger_path: str | os.PathLike[str] | None,
+    run: str | None,
+) -> Run:
+    """Check a distributed run's arguments (a ValueError naming the argument), open its
+    ledger and journal and find the run it resumes, before anything is spent or started."""
+    model = pm.modelcontext(model)
+    budget = PrivacyBudget(float(epsilon), float(delta))
+    plan = RunPlan(int(draws), int(tune), int(chains))
+    check_args(draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept)
+    window = resolve_adapt_window(adapt_window, tune_interval)
+    relation = Neighbours.parse(neighbours)
+    mode = ClipMode.parse(clip_mode)
+    value_vars = list(model.value_vars)
+    point = model.initial_point()
+    x_init = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
+    d = x_init.data.size
+    S = np.ones(d) if S is None else np.asarray(S, dtype=np.float64)
+    if S.shape not in ((d,), (d, d)) or not np.all(np.isfinite(S)):
+        raise ValueError(f"`S` must be finite, of shape ({d},) (sds) or ({d}, {d}) (covariance).")
+    if ledger_path is None and run is not None:
+        raise ValueError("`run` (resume) needs the `ledger_path` of the stopped run.")
+    ledger = (
+        PrivacyLedger(budget.mu) if ledger_path is None else PrivacyLedger(budget.mu, ledger_path)
+    )
+    journal = Journal(None if ledger_path is None else Path(str(ledger_path) + ".runs"))
+    if run is not None and run not in journal.runs:
+        raise ValueError(f"`run`={run!r} is not in the journal of `ledger_path`: no run to resume.")
+    resumed = journal.runs.get(run) if run is not None else None
+    config = RunConfig(budget, ledger, relation, float(clip), mode, model)
+    return Run(
+        model, budget, plan, window, relation, mode, float(clip_count_share), value_vars, point,
+        x_init, S, ledger, journal, resumed, config,
+    )  # fmt: skip

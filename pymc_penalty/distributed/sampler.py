@@ -23,23 +23,19 @@ import secrets
 import uuid
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import arviz as az
 import numpy as np
 import pymc as pm
-from pymc.blocking import DictToArrayBijection
 
-from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours
+from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._driver import run_chains
-from pymc_penalty.distributed._setup import Journal, RunConfig, check_args, owner_noise
+from pymc_penalty.distributed._setup import owner_noise, prepare_run
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
 from pymc_penalty.errors import DistributedSamplingError
-from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu, calibrate
-from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.budget import PrivacyBudget, available_mu, calibrate
 from pymc_penalty.results.publish import finalize_result as _finalize
-from pymc_penalty.sampling.setup import resolve_adapt_window
 from pymc_penalty.variants.owners import owner_report
 from pymc_penalty.warmstart import WARM_START_STEPS
 
@@ -140,32 +136,16 @@ def sample(
     ValueError
         Bad arguments, before anything is spent.
     """
-    model = pm.modelcontext(model)
-    budget = PrivacyBudget(float(epsilon), float(delta))
-    plan = RunPlan(int(draws), int(tune), int(chains))
-    check_args(draws, tune, chains, clip, clip_count_share, adapt, scaling, target_accept)
-    window = resolve_adapt_window(adapt_window, tune_interval)
-    relation = Neighbours.parse(neighbours)
-    mode = ClipMode.parse(clip_mode)
-    share = float(clip_count_share)
-    value_vars = list(model.value_vars)
-    point = model.initial_point()
-    x_init = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
-    d = x_init.data.size
-    S = np.ones(d) if S is None else np.asarray(S, dtype=np.float64)
-    if S.shape not in ((d,), (d, d)) or not np.all(np.isfinite(S)):
-        raise ValueError(f"`S` must be finite, of shape ({d},) (sds) or ({d}, {d}) (covariance).")
-    if ledger_path is None and run is not None:
-        raise ValueError("`run` (resume) needs the `ledger_path` of the stopped run.")
-    ledger = (
-        PrivacyLedger(budget.mu) if ledger_path is None else PrivacyLedger(budget.mu, ledger_path)
-    )
-    journal = Journal(None if ledger_path is None else Path(str(ledger_path) + ".runs"))
-    if run is not None and run not in journal.runs:
-        raise ValueError(f"`run`={run!r} is not in the journal of `ledger_path`: no run to resume.")
-    resumed = journal.runs.get(run) if run is not None else None
-    config = RunConfig(budget, ledger, relation, float(clip), mode, model)
-
+    r = prepare_run(
+        model, epsilon=epsilon, delta=delta, draws=draws, tune=tune, chains=chains,
+        neighbours=neighbours, clip=clip, clip_mode=clip_mode,
+        clip_count_share=clip_count_share, S=S, scaling=scaling, adapt=adapt,
+        target_accept=target_accept, adapt_window=adapt_window, tune_interval=tune_interval,
+        ledger_path=ledger_path, run=run,
+    )  # fmt: skip
+    model, budget, plan, relation, mode = r.model, r.budget, r.plan, r.neighbours, r.clip_mode
+    ledger, journal, resumed, config, share = r.ledger, r.journal, r.resumed, r.config, r.share
+    value_vars, point = r.value_vars, r.point
     for owner in owners:
         if Neighbours.parse(owner.neighbours).factor > relation.factor:
             raise ValueError(
@@ -227,9 +207,9 @@ def sample(
             if header["plan"] != [plan.draws, plan.tune, plan.chains]:
                 raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
         idata = run_chains(
-            pool, config, journal, header, plan, share, model, value_vars, x_init, S,
+            pool, config, journal, header, plan, share, model, value_vars, r.x_init, r.S,
             scaling=float(scaling), adapt=adapt, target_accept=float(target_accept),
-            adapt_window=window,
+            adapt_window=r.adapt_window,
         )  # fmt: skip
         extra = owner_guarantees(pool, idata, budget)
     finally:
@@ -303,27 +283,38 @@ _DEFAULTS = {
 
 
 def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
-    """``pp.sample(..., owners=[...], cluster=...)``: check that every argument has a meaning
-    here (a clear error naming it otherwise, before anything starts), then :func:`sample`."""
-    kwargs = {k: args[k] for k in _CARRIED if k in args}
+    """``pp.sample(..., owners=[...] or shards=[...], cluster=...)``: check that every
+    argument has a meaning here (a clear error naming it otherwise, before anything starts),
+    then :func:`sample` (owners) or :func:`~pymc_penalty.distributed.sample_sharded`
+    (shards)."""
+    party = "shards" if args.get("shards") is not None else "owners"
+    if party == "shards" and args.get("owners") is not None:
+        raise ValueError("Give `owners` (several parties) or `shards` (one curator), not both.")
+    carried = tuple(party if k == "owners" else k for k in _CARRIED)
+    kwargs = {k: args[k] for k in carried if k in args}
     for name, default in _DEFAULTS.items():
         if args.get(name, default) != default:
-            raise ValueError(f"`{name}` is not available with `owners` (distributed sampling).")
+            raise ValueError(f"`{name}` is not available with `{party}` (distributed sampling).")
     step_kwargs = dict(args.get("step_kwargs") or {})
     unknown = sorted(set(step_kwargs) - set(_STEP_KWARGS))
     if unknown:
         raise ValueError(
-            f"`step_kwargs` {unknown} are not available with `owners`; accepted: {_STEP_KWARGS}."
+            f"`step_kwargs` {unknown} are not available with `{party}`; accepted: {_STEP_KWARGS}."
         )
-    rest = set(args) - set(_CARRIED) - set(_DEFAULTS) - {"step_kwargs", "progressbar"}
+    ignored = {"step_kwargs", "progressbar", "owners", "shards"}
+    rest = set(args) - set(carried) - set(_DEFAULTS) - ignored
     if rest:
         raise ValueError(
-            f"{sorted(rest)} are pm.sample arguments, not available with `owners`; "
-            "see pymc_penalty.distributed.sample."
+            f"{sorted(rest)} are pm.sample arguments, not available with `{party}`; "
+            "see pymc_penalty.distributed."
         )
     if isinstance(kwargs.get("clip"), str):
         raise ValueError(
-            "`clip` must be a number with `owners`: clip='auto' (pp.sample's default) is not "
+            f"`clip` must be a number with `{party}`: clip='auto' (pp.sample's default) is not "
             "available in distributed sampling yet; give a finite positive clip (and clip_mode)."
         )
+    if party == "shards":
+        from pymc_penalty.distributed.sharded import sample_sharded
+
+        return sample_sharded(**kwargs, **step_kwargs)
     return sample(**kwargs, **step_kwargs)

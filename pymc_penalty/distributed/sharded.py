@@ -1,0 +1,225 @@
+"""The penalty chain of one curator's table sharded over Dask workers (:func:`sample_sharded`).
+
+The same chain as :func:`pymc_penalty.sample` on the concatenated table: per step the driver
+draws every chain's proposal, charges its ledger ``chains * mu^2`` *before* asking the
+shards, receives their exact clipped partial sums (one float and one count per chain and
+shard), adds one noise draw per release (:class:`~pymc_penalty.distributed.shards.ShardPool`)
+calibrated for the whole table by the one mechanism
+(:func:`~pymc_penalty.privacy.mechanism.release_noise`, through
+:func:`~pymc_penalty.distributed._setup.owner_noise` with the curator as the only party), and
+runs the one kernel transition (:func:`~pymc_penalty.distributed._driver.run_chains`). The
+result is finalized (report, stripping) by the same code as :func:`pymc_penalty.sample`.
+
+The model gate runs once, on the driver, before any shard is read: on a copy of the model
+whose placeholder ``pm.Data`` containers are filled with :data:`GATE_ROWS` rows of zeros (a
+public stand-in of the right shape; the row-locality probes bring their own synthetic data).
+It reveals nothing about the table. The data checks that depend on values (finite, support of
+count likelihoods) run on each worker after loading, with messages that name the array only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from typing import Any
+
+import arviz as az
+import cloudpickle
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.distributed._driver import run_chains
+from pymc_penalty.distributed._setup import prepare_run
+from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT
+from pymc_penalty.distributed.shards import ShardPool, driver_secret, shard_loaders
+from pymc_penalty.model.checks import n_datapoints, validate_model
+from pymc_penalty.privacy.budget import available_mu, calibrate
+from pymc_penalty.results.publish import finalize_result
+
+__all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
+
+#: Rows of the public stand-in the gate runs on (odd, above the 20 rows from which
+#: ``n +- 1`` axes are refused too, and unlikely to be a parameter's length).
+GATE_ROWS = 257
+
+
+def gate_on_placeholders(model: pm.Model, value_vars: list[Any], neighbours: Neighbours) -> None:
+    """Run the model gate (:func:`~pymc_penalty.model.checks.validate_model`, row locality
+    included) on a copy of ``model`` whose row-carrying ``pm.Data`` placeholders hold
+    :data:`GATE_ROWS` rows of zeros: public values, so the gate reveals nothing about the
+    shards, and it runs before any of them is read.
+
+    A container counts as row-carrying when its leading axis has the placeholder model's
+    datapoint count (give placeholders of one row, as in the docs). Raises
+    :class:`~pymc_penalty.ModelNotPrivateError` for a model that cannot be sampled privately.
+    """
+    copy = cloudpickle.loads(cloudpickle.dumps(model))
+    n0 = n_datapoints(copy)
+    filled = {}
+    for var in copy.data_vars:
+        value = np.asarray(var.get_value(borrow=True))
+        if value.ndim >= 1 and value.shape[0] == n0:
+            filled[var.name] = np.zeros((GATE_ROWS, *value.shape[1:]), dtype=value.dtype)
+    with copy:
+        pm.set_data(filled)
+    by_name = {v.name: v for v in copy.value_vars}
+    validate_model(
+        copy,
+        [by_name[v.name] for v in value_vars],
+        add_remove=neighbours is Neighbours.ADD_REMOVE,
+    )
+
+
+def sample_sharded(
+    shards: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    model: pm.Model | None = None,
+    cluster: Any = None,
+    neighbours: str = "substitute",
+    clip: float = 1.0,
+    clip_mode: str = "distance",
+    clip_count_share: float = 0.05,
+    S: np.ndarray | None = None,
+    scaling: float = 1.0,
+    adapt: str = "full",
+    target_accept: float = 0.234,
+    adapt_window: int | None = None,
+    tune_interval: int | None = None,
+    random_seed: int | None = None,
+    ledger_path: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    compile_kwargs: dict[str, Any] | None = None,
+    pool: ShardPool | None = None,
+) -> az.InferenceData:
+    """Sample one curator's table sharded over Dask workers, with one noise draw per release.
+
+    Each shard's loader runs on its worker; the rows never reach the driver. Per step every
+    shard returns its exact clipped partial sums for all chains in one call, and the driver
+    adds the noise once, for the whole table's sensitivity (one row moves one shard's sum by
+    at most the clip bound, as in-process), after charging its ledger.
+
+    Parameters
+    ----------
+    shards : sequence of callable or path
+        One loader per shard, run on the workers: a callable returning
+        ``{pm.Data container name: array}`` (the shard's rows), or the path of an ``.npz``
+        file of arrays so named.
+    epsilon, delta : float
+        The run's budget (the whole table's: the shards are one party).
+    draws, tune, chains : int
+        As in ``pm.sample``; every tuning step of every chain is a release.
+    model : pm.Model, optional
+        The model with placeholder ``pm.Data`` containers (the right columns, one row): it
+        travels without rows. All chains start at its initial point.
+    cluster : None, str or distributed.Client
+        ``None`` starts a ``LocalCluster`` (one worker process per shard, at most one per
+        CPU); a scheduler address (``"tcp://host:8786"``) or a ``Client`` uses that cluster.
+    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
+        As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals). ``clip`` must be a
+        number: the found clip (``"auto"``) and the warm start are not available here yet.
+    adapt_window, tune_interval
+        As :class:`~pymc_penalty.PenaltyMetropolis`.
+    random_seed : int, optional
+        Seed of the proposals and uniforms (from OS entropy when omitted; kept in the run
+        journal for a resume). The privacy noise never depends on it.
+    ledger_path : path, optional
+        The driver's run ledger. Needed to resume; beside it are the run journal
+        (``<ledger_path>.runs``: per-step mu, seed, charged steps and the digest of each
+        released step's points) and the noise key (``<ledger_path>.key``).
+    run : str, optional
+        The id of a stopped run to resume (with the same ``ledger_path`` and shards): its
+        completed steps are replayed with the identical noise and charged nothing again.
+    timeout : float, default 60
+        Seconds a shard may take per call before the run stops.
+    compile_kwargs : dict, optional
+        Passed to each shard's compiled likelihood.
+    pool : ShardPool, optional
+        A pool already started for these shards and this model (not closed here).
+
+    Returns
+    -------
+    InferenceData
+        Posterior (tuning draws in ``warmup_*`` groups) and the privacy report in ``attrs``
+        (``dp_shards``: the number of shards; ``dp_run_id``).
+
+    Raises
+    ------
+    DistributedSamplingError
+        A shard was lost, hung or failed mid-run; names the shard and what the ledger
+        committed; its ``run`` resumes the run.
+    ValueError
+        Bad arguments or a model the gate refuses, before anything is spent or started.
+    """
+    loaders = shard_loaders(shards)
+    r = prepare_run(
+        model, epsilon=epsilon, delta=delta, draws=draws, tune=tune, chains=chains,
+        neighbours=neighbours, clip=clip, clip_mode=clip_mode,
+        clip_count_share=clip_count_share, S=S, scaling=scaling, adapt=adapt,
+        target_accept=target_accept, adapt_window=adapt_window, tune_interval=tune_interval,
+        ledger_path=ledger_path, run=run,
+    )  # fmt: skip
+    if r.resumed is not None and r.resumed.get("shards") != len(loaders):
+        raise ValueError("`shards` differ in number from those of the run being resumed.")
+    plan_list = [r.plan.draws, r.plan.tune, r.plan.chains]
+    if r.resumed is not None and r.resumed.get("plan") != plan_list:
+        raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
+    gate_on_placeholders(r.model, r.value_vars, r.neighbours)
+    if r.resumed is None:
+        mu = calibrate(
+            available_mu(r.ledger),
+            r.plan,
+            clip=float(clip),
+            clip_mode=r.clip_mode,
+            neighbours=r.neighbours,
+            clip_count_share=r.share,
+        )
+        seed = secrets.randbits(63) if random_seed is None else int(random_seed)
+    own_pool = pool is None
+    if own_pool:
+        pool = ShardPool(
+            loaders,
+            r.model,
+            r.value_vars,
+            r.point,
+            cluster=cluster,
+            timeout=timeout,
+            compile_kwargs=compile_kwargs,
+            run=run,
+            journal=r.journal,
+            secret=driver_secret(ledger_path),
+        )
+    else:  # a pool the caller started: this run gets its own step ids, journal and key
+        if len(pool.names) != len(loaders):
+            raise ValueError("`shards` must be the shards `pool` was started with.")
+        pool.run, pool._step = run or uuid.uuid4().hex, 0
+        pool.journal, pool._secret = r.journal, driver_secret(ledger_path)
+    try:
+        if r.resumed is None:
+            header = {
+                "run": pool.run,
+                "owner_mu": [mu],
+                "seed": seed,
+                "shards": len(loaders),
+                "plan": plan_list,
+            }
+            r.journal.add(header)
+        else:
+            header = r.resumed
+        idata = run_chains(
+            pool, r.config, r.journal, header, r.plan, r.share, r.model, r.value_vars,
+            r.x_init, r.S, scaling=float(scaling), adapt=adapt,
+            target_accept=float(target_accept), adapt_window=r.adapt_window, party_stats=False,
+        )  # fmt: skip
+    finally:
+        if own_pool:
+            pool.close()
+    extra = {"dp_shards": len(loaders), "dp_run_id": header["run"]}
+    return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)

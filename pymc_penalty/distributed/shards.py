@@ -1,0 +1,264 @@
+"""One curator's table split into shards on Dask workers: partial sums there, one noise here.
+
+Unlike :class:`~pymc_penalty.distributed.OwnerPool` (several parties, each adding its own
+noise), a :class:`ShardPool` serves a single data curator. Each shard is an actor
+(:class:`~pymc_penalty.distributed._service.ShardService`) on a worker: its loader runs there,
+the model (shipped without rows) is compiled there, and per step it returns, for every chain
+in one call, only its exact clipped partial sum and clip count. The driver sums the shards
+and adds **one** Gaussian draw per release, calibrated for the whole table: one row changes
+one shard's partial sum by at most the clip bound, so the sensitivity is the in-process one.
+
+No silent second release. The driver's noise for step ``(run, step)`` comes from a
+counter-based generator keyed by a secret (drawn once from OS entropy, kept beside the run
+ledger as ``<ledger_path>.key``) and the step id, and the digest of the step's points is
+journaled before the noise is added. A step computed again (a retried call, a re-executed
+task, a resumed run) therefore returns the *identical* release, and the same id with other
+points is refused: the same noise is never added to two different sums. Dask's retries are
+off (``allowed-failures = 0``); actor calls are never re-run.
+
+:func:`sample_sharded` runs the penalty chain through a pool (also ``pp.sample(shards=...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+
+from pymc_penalty.distributed._service import ShardService, digest, keyed_noise, load_secret
+from pymc_penalty.distributed._setup import Journal
+from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool
+from pymc_penalty.errors import ShardError
+
+__all__ = ["ShardPool", "driver_secret", "shard_loaders"]
+
+Loader = Callable[[], Mapping[str, Any]] | str | os.PathLike
+
+
+def shard_loaders(shards: Any) -> list[Loader]:
+    """The shards as a list of loaders, checked (a ValueError naming ``shards``).
+
+    Parameters
+    ----------
+    shards : sequence of callable or path
+        Each a callable returning ``{pm.Data container name: array}`` (the shard's rows) or
+        the path of an ``.npz`` file of arrays so named; they run on the workers.
+
+    Returns
+    -------
+    list
+    """
+    if isinstance(shards, str | os.PathLike | Mapping) or not isinstance(shards, Sequence):
+        raise ValueError(
+            "`shards` must be a non-empty list of loaders: callables returning "
+            "{pm.Data name: array}, or paths of .npz files (read on the workers)."
+        )
+    shards = list(shards)
+    if not shards:
+        raise ValueError("`shards` must hold at least one loader.")
+    for k, loader in enumerate(shards):
+        if not (callable(loader) or isinstance(loader, str | os.PathLike)):
+            raise ValueError(f"`shards[{k}]` must be a callable or an .npz path.")
+        if isinstance(loader, str | os.PathLike) and Path(loader).suffix != ".npz":
+            raise ValueError(f"`shards[{k}]` names a path that is not an .npz file.")
+    return shards
+
+
+class ShardPool(ActorPool):
+    """One actor per shard of one curator's table; one noise draw per release at the driver.
+
+    Parameters
+    ----------
+    shards : sequence of callable or path
+        The shards' loaders (:func:`shard_loaders`); each runs on its worker.
+    model : pm.Model
+        The model with placeholder ``pm.Data`` containers (the right columns, any rows): it
+        travels to the workers without rows.
+    value_vars : sequence of Variable
+        The value variables of the raveled parameter vector.
+    point : dict
+        A point giving their shapes.
+    cluster : None, str or distributed.Client
+        ``None`` starts a ``LocalCluster`` with ``min(len(shards), os.cpu_count())`` worker
+        processes (one thread each); a scheduler address or a ``Client`` uses that cluster.
+        Shards are placed round-robin on the cluster's workers and pinned there.
+    timeout : float, default 60
+        Seconds a call may take before its shard counts as lost (starting one, which loads
+        its rows and compiles, may take up to ``max(timeout, 300)``).
+    compile_kwargs : dict, optional
+        Passed to each shard's compiled likelihood.
+    run : str, optional
+        The run id of the step ids (a fresh one by default; reuse it to resume a run).
+    journal : Journal, optional
+        The driver's journal (the digest of each released step's points is added to it); an
+        in-memory one by default.
+    secret : bytes, optional
+        The key of the driver's noise (32 bytes of OS entropy by default; a resumed run must
+        pass the one kept beside its ledger).
+    """
+
+    kind = "Shard"
+    error = ShardError
+
+    def __init__(
+        self,
+        shards: Sequence[Loader],
+        model: pm.Model,
+        value_vars: Sequence[Any],
+        point: Mapping[str, np.ndarray],
+        *,
+        cluster: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        compile_kwargs: dict[str, Any] | None = None,
+        run: str | None = None,
+        journal: Journal | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        loaders = shard_loaders(shards)
+        self.names = [f"shard-{k}" for k in range(len(loaders))]
+        self.journal = Journal(None) if journal is None else journal
+        self._secret = secrets.token_bytes(32) if secret is None else bytes(secret)
+        super().__init__(cluster, min(len(loaders), os.cpu_count() or 1), timeout, run)
+        try:
+            workers = sorted(self.client.scheduler_info()["workers"])
+        except Exception:  # noqa: BLE001
+            workers = []
+        if not workers:
+            self.close()
+            raise ShardError("The Dask cluster has no workers to hold the shards.")
+        model_bytes = cloudpickle.dumps(model)
+        value_names = [v.name for v in value_vars]
+        point = {k: np.asarray(v) for k, v in point.items()}
+        #: Which worker holds each shard (round-robin).
+        self.placement = [workers[k % len(workers)] for k in range(len(loaders))]
+        futures = [
+            self.client.submit(
+                ShardService,
+                name,
+                model_bytes,
+                value_names,
+                point,
+                loader,
+                os.getpid(),
+                compile_kwargs,
+                actor=True,
+                pure=False,
+                key=f"{name}-{self.run}",
+                workers=[where],
+                allow_other_workers=False,
+            )
+            for name, loader, where in zip(self.names, loaders, self.placement, strict=True)
+        ]
+        self._start(self.names, futures)
+
+    def release(
+        self,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        sigmas: np.ndarray,
+        count_sds: np.ndarray,
+        mu2: np.ndarray | None = None,
+        step: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The whole table's noisy release for every chain of one step.
+
+        The caller has committed the step's cost (``mu2``, unused here) to its ledger first.
+        Every shard returns its exact clipped partial sums; the driver adds one Gaussian draw
+        per chain to their total (and one to the clip count's), from the generator keyed by
+        the step id.
+
+        Parameters
+        ----------
+        x0s, x1s : ndarray, shape (chains, d)
+            Current points and proposals.
+        bounds : ndarray, shape (chains,)
+            Clip bounds.
+        sigmas : ndarray, shape (1, chains) or (chains,)
+            Noise sd of each chain's clipped sum (the whole table's sensitivity over mu).
+        count_sds : ndarray, shape (1,) or scalar
+            Noise sd of the clip count (``inf``: none released).
+        mu2 : ndarray, optional
+            The step's cost, as :meth:`OwnerPool.release` takes it (charged by the caller).
+        step : int, optional
+            The step id (the next one by default). A step already released with the same
+            points returns the identical values; with other points it is refused.
+
+        Returns
+        -------
+        (sums, counts) : ndarrays of shape (1, chains)
+            The noisy sums and noisy clip counts, as one party's release.
+
+        Raises
+        ------
+        ShardError
+            A shard was lost, hung or failed (nothing of the step is released), or the step
+            id was already released for other points.
+        """
+        step = self._step if step is None else int(step)
+        self._step = max(self._step, step + 1)
+        x0s = np.atleast_2d(np.asarray(x0s, dtype=np.float64))
+        x1s = np.atleast_2d(np.asarray(x1s, dtype=np.float64))
+        chains = x0s.shape[0]
+        bounds = np.broadcast_to(np.asarray(bounds, dtype=np.float64), (chains,)).copy()
+        sigma = np.broadcast_to(np.asarray(sigmas, dtype=np.float64).reshape(-1), (chains,))
+        count_sd = float(np.asarray(count_sds, dtype=np.float64).reshape(-1)[0])
+        key = (self.run, step)
+        step_digest = digest(x0s, x1s, bounds, sigma, np.array([count_sd]))
+        known = self.journal.points.get(key)
+        if known is not None and known != step_digest:
+            raise ShardError(
+                f"Step {step} of run {self.run!r} was already released for other points; a "
+                "step id is used once (its noise would be reused). Nothing was released."
+            )
+        calls = [
+            self._call(
+                name,
+                f"compute step {step}",
+                lambda actor=actor: actor.partial_sums(self.run, step, x0s, x1s, bounds),
+            )
+            for name, actor in zip(self.names, self._actors, strict=True)
+        ]
+        sums, counts = np.zeros(chains), np.zeros(chains)
+        for name, call in zip(self.names, calls, strict=True):
+            reply = self._answer(name, call, f"compute step {step}")
+            part_sums = np.asarray(reply["sums"], dtype=np.float64)
+            part_counts = np.asarray(reply["counts"], dtype=np.float64)
+            if part_sums.shape != (chains,) or part_counts.shape != (chains,):
+                raise ShardError(f"Shard {name!r} replied with a malformed partial sum.")
+            sums += part_sums
+            counts += part_counts
+        # Every shard answered: the step's points are journaled before its noise is drawn.
+        if known is None:
+            self.journal.add({"run": self.run, "step": step, "digest": step_digest})
+        noise = keyed_noise(self._secret, key)
+        for c in range(chains):
+            sums[c] += sigma[c] * noise.standard_normal()
+            z = noise.standard_normal()
+            counts[c] = counts[c] + count_sd * z if np.isfinite(count_sd) else np.nan
+        return sums[None, :], counts[None, :]
+
+    def computed(self) -> dict[str, dict[str, int]]:
+        """Per shard, how many times its worker computed each step id (a measurement of
+        re-executed calls: 1 everywhere when nothing was retried)."""
+        return {
+            name: self._answer(name, self._call(name, "report", actor.computed), "report")
+            for name, actor in zip(self.names, self._actors, strict=True)
+        }
+
+    def _spent_text(self, exclude: str) -> str:
+        return "No partial sum of this step was released (the noise is added once all answer)."
+
+
+def driver_secret(ledger_path: str | os.PathLike[str] | None) -> bytes:
+    """The key of the driver's noise: kept beside a persistent ledger (``<path>.key``, so a
+    resumed run re-adds the identical noise), else fresh from OS entropy."""
+    if ledger_path is None:
+        return secrets.token_bytes(32)
+    return load_secret(Path(str(ledger_path) + ".key"))
