@@ -1,0 +1,311 @@
+"""One curator's table sharded over a real Dask LocalCluster (2 worker processes, 1 thread
+each): the posterior matches in-process ``pp.sample`` on the concatenated table within Monte
+Carlo error (and a shifted posterior is told apart), no reply of a shard's row count reaches
+the driver, a released step is never released again with other noise, a killed worker stops
+the run naming its shard and a resume charges every step exactly once, a hung worker hits the
+timeout, and bad arguments or an unreachable scheduler are refused before anything is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+pytest.importorskip("distributed")
+
+import pymc_penalty as pp  # noqa: E402
+from pymc_penalty import ModelNotPrivateError  # noqa: E402
+from pymc_penalty.distributed import (  # noqa: E402
+    DistributedSamplingError,
+    ShardError,
+    ShardPool,
+    sample_sharded,
+)
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+N_K = 301  # odd: no array of the driver's (chains, steps, ...) shapes has this size
+DRIVER_PID = os.getpid()
+EPS, DELTA = 2000.0, 1e-5
+CLIP = 6.0  # |y - mu| < 6 for every row near the posterior: nothing is clipped, both exact
+
+
+def _rows(seed: int) -> dict[str, np.ndarray]:
+    return {"y": np.random.default_rng(seed).normal(1.0, 1.0, size=N_K)}
+
+
+def _loader(seed: int):
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return _rows(seed)
+
+    return load
+
+
+def _model(y: np.ndarray | None = None) -> pm.Model:
+    with pm.Model() as model:
+        data = pm.Data("y", np.zeros(1) if y is None else y)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("obs", mu, 1.0, observed=data)
+    return model
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    client = Client(cluster, set_as_default=False)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _arrays(obj):
+    if isinstance(obj, np.ndarray):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _arrays(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _arrays(v)
+
+
+def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_driver(
+    client, monkeypatch
+):
+    replies = []
+    original = ShardPool._answer
+
+    def spy(self, name, future, what, timeout=None):
+        out = original(self, name, future, what, timeout)
+        replies.append(out)
+        return out
+
+    monkeypatch.setattr(ShardPool, "_answer", spy)
+    kwargs = dict(
+        epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP, clip_mode="distance"
+    )
+    shards = [_loader(0), _loader(1)]
+    # Through pp.sample's hook: the same call as in-process, with the shards.
+    dist = pp.sample(shards=shards, cluster=client, model=_model(), random_seed=11, **kwargs)
+    monkeypatch.setattr(ShardPool, "_answer", original)
+
+    # What the driver received from the shards: one float and one count per chain.
+    sums = [r for r in replies if isinstance(r, dict) and "sums" in r]
+    assert len(sums) == 2 * (600 + 300)
+    sizes = {a.size for r in replies for a in _arrays(r)}
+    assert sizes == {4}, sizes
+    assert {type(r) for r in replies} <= {dict, str}  # replies, and the names from ready()
+
+    y = np.concatenate([_rows(0)["y"], _rows(1)["y"]])
+    with _model(y):
+        local = pp.sample(random_seed=12, progressbar=False, warm_start=0, **kwargs)
+    exact_sd = 1 / math.sqrt(len(y) + 1 / 100)
+    exact_mean = exact_sd**2 * y.sum()
+    means, mcses = [], []
+    for idata in (dist, local):
+        draws = idata.posterior["mu"]
+        means.append(float(draws.mean()))
+        mcses.append(float(az.mcse(draws)["mu"]))
+        assert float(az.ess(draws)["mu"]) > 50  # enough to estimate the MCSE
+    tol = 4 * math.hypot(*mcses)
+    assert abs(means[0] - means[1]) < tol
+    assert abs(means[0] - exact_mean) < 4 * mcses[0]
+    # The check has power: a posterior shifted by two of its sds is told apart.
+    assert abs(means[0] + 2 * exact_sd - means[1]) > tol
+    # The same noise as in-process: one draw for the whole table's sensitivity.
+    np.testing.assert_allclose(
+        dist.sample_stats["dp_noise_sd"] / dist.sample_stats["dp_sensitivity"],
+        1 / dist.sample_stats["dp_mu"] / math.sqrt(1 - 0.05),
+        rtol=1e-9,
+    )
+    attrs = dist.attrs
+    assert attrs["dp_shards"] == 2 and attrs["dp_releases"] == 4 * 900
+    assert attrs["dp_epsilon"] <= EPS and "observed_data" not in dist.groups()
+    assert not any(k.startswith("dp_mu_owner") for k in dist.sample_stats.data_vars)
+
+
+def test_a_step_is_released_once_whatever_is_retried(client, tmp_path):
+    model = _model()
+    with ShardPool(
+        [_loader(0), _loader(1)], model, model.value_vars, model.initial_point(), cluster=client
+    ) as pool:
+        x0 = np.zeros((3, 1))
+        x1 = np.full((3, 1), 0.5)
+        args = (x0, x1, np.full(3, 6.0), np.full((1, 3), 0.7), np.array([2.0]))
+        first = pool.release(*args, step=0)
+        again = pool.release(*args, step=0)  # a re-executed step: the identical release
+        np.testing.assert_array_equal(first[0], again[0])
+        np.testing.assert_array_equal(first[1], again[1])
+        # The same id with other points would reuse its noise: refused, nothing released.
+        with pytest.raises(ShardError, match="already released for other points"):
+            pool.release(x0, x1 + 0.1, *args[2:], step=0)
+        # Noise is added at the driver, once: the release minus the exact total is N(0, s^2).
+        exact = sum(
+            np.sum(np.clip(-0.5 * ((_rows(k)["y"] - 0.5) ** 2 - _rows(k)["y"] ** 2), -6, 6))
+            for k in range(2)
+        )
+        z = (first[0][0] - exact) / 0.7
+        assert np.all(np.abs(z) < 5) and np.ptp(z) > 0  # a fresh draw per chain
+        other = pool.release(*args, step=1)  # another step: other noise
+        assert not np.allclose(other[0], first[0])
+        # Measured: each shard computed step 0 twice (the retry) and step 1 once; the
+        # refused call never reached a shard.
+        computed = pool.computed()
+        for name in ("shard-0", "shard-1"):
+            assert computed[name] == {f"{pool.run}/0": 2, f"{pool.run}/1": 1}
+
+
+def test_dask_never_reruns_a_step_in_a_run(client):
+    model = _model()
+    with ShardPool(
+        [_loader(0), _loader(1)], model, model.value_vars, model.initial_point(), cluster=client
+    ) as pool:
+        import dask
+
+        assert dask.config.get("distributed.scheduler.allowed-failures") == 0
+        sample_sharded(
+            [_loader(0), _loader(1)], model=model, pool=pool, epsilon=EPS, delta=DELTA,
+            draws=20, tune=10, chains=2, clip=CLIP,
+        )  # fmt: skip
+        computed = pool.computed()
+    for name in ("shard-0", "shard-1"):
+        assert sorted(int(k.split("/")[1]) for k in computed[name]) == list(range(30))
+        assert set(computed[name].values()) == {1}
+
+
+def test_a_killed_worker_stops_the_run_and_a_resume_charges_every_step_once(tmp_path):
+    model = _model()
+    shards = [_loader(0), _loader(1)]
+    ledger_path = tmp_path / "run.ledger"
+    kwargs = dict(epsilon=EPS, delta=DELTA, draws=40, tune=20, chains=3, clip=CLIP)
+    kill_at = 25
+    with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
+        pids = pool.client.run(os.getpid)
+        victim = pids[pool.placement[1]]
+        release = pool.release
+
+        def release_then_kill(*args, step, **kw):
+            if step == kill_at:
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(0.3)
+            return release(*args, step=step, **kw)
+
+        pool.release = release_then_kill
+        with pytest.raises(DistributedSamplingError, match="Shard 'shard-1'") as err:
+            sample_sharded(shards, model=model, pool=pool, ledger_path=ledger_path, **kwargs)
+    assert err.value.step == kill_at
+    run = err.value.run
+    lines = [json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()]
+    header = next(e for e in lines if "owner_mu" in e)
+    mu2 = header["owner_mu"][0] ** 2
+    chains = kwargs["chains"]
+    # Charged before sending: every step the driver sent, the lost one included; released
+    # (digest journaled, noise drawn): only the steps every shard answered.
+    driver = PrivacyLedger.open(ledger_path).spent_mu2
+    assert driver == pytest.approx((kill_at + 1) * chains * mu2, rel=1e-9)
+    released = sorted(e["step"] for e in lines if "digest" in e)
+    assert released == list(range(kill_at))
+    assert err.value.privacy_report["dp_epsilon"] < EPS
+
+    with pytest.raises(ValueError, match="no run to resume"):
+        sample_sharded(shards, model=model, ledger_path=ledger_path, run="nope", **kwargs)
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == driver
+
+    idata = sample_sharded(shards, model=model, ledger_path=ledger_path, run=run, **kwargs)
+    steps = kwargs["draws"] + kwargs["tune"]
+    final = PrivacyLedger.open(ledger_path).spent_mu2
+    assert final == pytest.approx(steps * chains * mu2, rel=1e-9)  # each step once
+    lines = [json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()]
+    digests = [e["step"] for e in lines if "digest" in e]
+    assert sorted(digests) == list(range(steps))  # each step released (journaled) once
+    assert idata.posterior.sizes["draw"] == kwargs["draws"]
+    assert idata.attrs["dp_releases"] == steps * chains
+
+
+def test_a_hung_worker_hits_the_timeout(client):
+    model = _model()
+    with ShardPool(
+        [_loader(0), _loader(1)],
+        model,
+        model.value_vars,
+        model.initial_point(),
+        cluster=client,
+        timeout=3,
+    ) as pool:
+        victim = client.run(os.getpid)[pool.placement[0]]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(ShardError, match="Shard 'shard-0' did not compute step 0"):
+                pool.release(
+                    np.zeros((1, 1)), np.ones((1, 1)), np.ones(1), np.ones(1), np.ones(1)
+                )
+            assert time.monotonic() - start < 30
+        finally:
+            os.kill(victim, signal.SIGCONT)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"shards": "table.npz"}, "`shards` must be a non-empty list of loaders"),
+        ({"shards": []}, "`shards` must hold at least one loader"),
+        ({"shards": ["table.csv"]}, r"`shards\[0\]` names a path that is not an .npz"),
+        ({"shards": [3]}, r"`shards\[0\]` must be a callable"),
+        ({"clip": "auto"}, "`clip` must be a number with `shards`"),
+        ({"warm_start": 0.2}, "`warm_start` is not available with `shards`"),
+        ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
+        ({"owners": ["x"]}, "not both"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"chains": 0}, "chains"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_spent(tmp_path, extra, match):
+    ledger_path = tmp_path / "run.ledger"
+    PrivacyLedger(pp.PrivacyBudget(EPS, DELTA).mu, ledger_path)
+    args = dict(
+        shards=[_loader(0)], epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP,
+        clip_mode="distance", cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+    )  # fmt: skip
+    args.update(extra)
+    with pytest.raises(ValueError, match=match):
+        pp.sample(model=_model(), **args)
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
+
+
+def test_an_unreachable_scheduler_and_a_refused_model_spend_nothing(tmp_path):
+    ledger_path = tmp_path / "run.ledger"
+    args = dict(epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP)
+    with pytest.raises(ShardError, match="No Dask scheduler answered"):
+        sample_sharded(
+            [_loader(0)], model=_model(), cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+            **args,
+        )  # fmt: skip
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
+    # The gate runs on the driver's placeholders before any cluster or shard is touched: a
+    # prior that reads the data is refused (not a scheduler error).
+    with pm.Model() as coupled:
+        y = pm.Data("y", np.zeros(1))
+        mu = pm.Normal("mu", y.mean(), 10.0)
+        pm.Normal("obs", mu, 1.0, observed=y)
+    with pytest.raises(ModelNotPrivateError):
+        sample_sharded(
+            [_loader(0)], model=coupled, cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+            **args,
+        )  # fmt: skip
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
