@@ -290,6 +290,28 @@ def check_peer_probe(res: dict) -> None:
     assert res["flagged"] == int(row["flagged"])
 
 
+def check_shards(res: dict) -> None:
+    rows = res["rows"]
+    configs = {(r["n"], r["config"]) for r in rows}
+    for n in {r["n"] for r in rows}:
+        assert {(n, c) for c in ("in_process", "1_workers", "2_workers")} <= configs
+    for r in rows:
+        assert _positive(r["ms_per_step"])
+        base = next(
+            x["ms_per_step"] for x in rows if x["n"] == r["n"] and x["config"] == "in_process"
+        )
+        assert r["ratio"] == pytest.approx(r["ms_per_step"] / base)
+    assert all(_positive(res[k]) for k in ("driver_peak_mb", "worker_peak_mb", "round_trip_ms"))
+    # The extrapolation follows from the measured per-row cost and round trip.
+    chains, top = rows[0]["chains"], max(r["n"] for r in rows)
+    inproc = next(r for r in rows if r["n"] == top and r["config"] == "in_process")
+    per_row_us = inproc["ms_per_step"] * 1e3 / (top * chains)
+    assert res["per_row_us"] == pytest.approx(per_row_us)
+    assert res["extrapolated_1e9_64_ms_per_step"] == pytest.approx(
+        chains * per_row_us * 1e-3 * 1e9 / 64 + res["round_trip_ms"]
+    )
+
+
 CHECKS = {
     "defaults_seeds": check_defaults_seeds,
     "peer_probe": check_peer_probe,
@@ -300,6 +322,7 @@ CHECKS = {
     "utility": check_utility,
     "expfam": check_expfam,
     "owners": check_owners,
+    "shards": check_shards,
     "recycling": check_recycling,
     "speed": check_speed,
     "warm_start_error": check_warm_start_error,

@@ -109,7 +109,10 @@ def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_d
     assert len(sums) == 2 * (600 + 300)
     sizes = {a.size for r in replies for a in _arrays(r)}
     assert sizes == {4}, sizes
-    assert {type(r) for r in replies} <= {dict, str}  # replies, and the names from ready()
+    from distributed import Actor
+
+    # Besides them: the actor handles and the names ready() returns once a shard is loaded.
+    assert {type(r) for r in replies} <= {dict, str, Actor}
 
     y = np.concatenate([_rows(0)["y"], _rows(1)["y"]])
     with _model(y):
@@ -170,6 +173,7 @@ def test_a_step_is_released_once_whatever_is_retried(client, tmp_path):
             assert computed[name] == {f"{pool.run}/0": 2, f"{pool.run}/1": 1}
 
 
+@pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
 def test_dask_never_reruns_a_step_in_a_run(client):
     model = _model()
     with ShardPool(
@@ -188,6 +192,7 @@ def test_dask_never_reruns_a_step_in_a_run(client):
         assert set(computed[name].values()) == {1}
 
 
+@pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
 def test_a_killed_worker_stops_the_run_and_a_resume_charges_every_step_once(tmp_path):
     model = _model()
     shards = [_loader(0), _loader(1)]
@@ -252,9 +257,7 @@ def test_a_hung_worker_hits_the_timeout(client):
         try:
             start = time.monotonic()
             with pytest.raises(ShardError, match="Shard 'shard-0' did not compute step 0"):
-                pool.release(
-                    np.zeros((1, 1)), np.ones((1, 1)), np.ones(1), np.ones(1), np.ones(1)
-                )
+                pool.release(np.zeros((1, 1)), np.ones((1, 1)), np.ones(1), np.ones(1), np.ones(1))
             assert time.monotonic() - start < 30
         finally:
             os.kill(victim, signal.SIGCONT)

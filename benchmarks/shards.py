@@ -1,0 +1,175 @@
+"""Milliseconds per step of one curator's table sharded over Dask workers vs in-process.
+
+Model: Bayesian logistic regression with d = 10 coefficients on n synthetic rows (fixed
+seeds), all chains of a step batched. In-process is ``PenaltyMetropolis`` on the whole table
+(one proposal per ``step.step``; a step of C chains costs C proposals), timed with
+``best_seconds_per_step``. Sharded is :func:`pymc_penalty.distributed.sample_sharded` on a
+``LocalCluster`` with 1 worker (one shard of n rows) and 2 workers (two shards of n / 2 rows),
+each shard's rows generated on its worker (never in the driver); per step is the median
+interval between successive steps' calls (proposals, ledger charge, journal, the shards'
+partial sums, the noise, the decisions). The round trip is the sharded step at n = 1e3 per
+shard, where the rows cost nearly nothing.
+
+Memory: the driver's peak resident set (``ru_maxrss``) is read after the sharded runs and
+before any in-process table exists (imports included); each worker's peak is read on the
+worker. The in-process runs come last.
+
+Extrapolation (on paper): a step of C chains on 1e9 rows over 64 workers costs about
+``C * per_row * 1e9 / 64 + round_trip``, with ``per_row`` the in-process cost per row and
+proposal at the largest n measured and ``round_trip`` the 2-worker round trip (a real
+cluster's network adds its own latency; see docs/distributed.md).
+
+Run ``python benchmarks/shards.py [--quick]`` from the repository root. ``--quick``: n = 2e4,
+4 chains (about a minute). The full run: n = 1e5 and 1e6, 16 chains. The last line is
+``RESULT {"rows": [{n, chains, config, ms_per_step, ratio}], "driver_peak_mb",
+"worker_peak_mb", "round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import sys
+import time
+import warnings
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # as Dask sets for its workers
+
+import numpy as np  # noqa: E402
+import pymc as pm  # noqa: E402
+
+from pymc_penalty import PenaltyMetropolis  # noqa: E402
+from pymc_penalty.distributed import ShardPool, sample_sharded  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import best_seconds_per_step, command_line, machine_info  # noqa: E402
+
+D = 10
+
+
+def _rows(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([20261127, seed, n])
+    x = rng.normal(size=(n, D)) / np.sqrt(D)
+    beta = np.linspace(-1.0, 1.0, D)
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-x @ beta))).astype(np.float64)
+    return {"X": x, "y": y}
+
+
+def _loader(n: int, seed: int):
+    def load():  # pickled by value: runs on the shard's worker
+        return _rows(n, seed)
+
+    return load
+
+
+def _model(rows: dict[str, np.ndarray] | None = None) -> pm.Model:
+    rows = rows or {"X": np.zeros((1, D)), "y": np.zeros(1)}
+    with pm.Model() as model:
+        X = pm.Data("X", rows["X"])
+        y = pm.Data("y", rows["y"])
+        beta = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("obs", logit_p=pm.math.dot(X, beta), observed=y)
+    return model
+
+
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def sharded_ms(n: int, workers: int, chains: int, steps: int) -> tuple[float, list[float]]:
+    """Median ms per step of sample_sharded with ``workers`` shards of n / workers rows, and
+    each worker's peak resident set in MB."""
+    n_k = n // workers
+    loaders = [_loader(n_k, k) for k in range(workers)]
+    model = _model()
+    starts: list[float] = []
+    with ShardPool(loaders, model, model.value_vars, model.initial_point()) as pool:
+        release = pool.release
+
+        def timed(*args, **kwargs):
+            starts.append(time.perf_counter())
+            return release(*args, **kwargs)
+
+        pool.release = timed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sample_sharded(
+                loaders, model=model, pool=pool, epsilon=1e6, delta=1e-5, draws=steps, tune=0,
+                chains=chains, clip=1.0, S=np.full(D, 0.02), random_seed=1,
+            )  # fmt: skip
+        peaks = pool.client.run(_max_rss_mb)
+    return float(np.median(np.diff(starts))) * 1e3, [float(v) for v in peaks.values()]
+
+
+def in_process_ms(n: int, chains: int, steps: int) -> float:
+    """Fastest chunk's ms per step of C chains (C proposals) of PenaltyMetropolis."""
+    model = _model(_rows(n, 0))
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = PenaltyMetropolis(mu=0.5, scaling=0.02, rng=1)
+    return best_seconds_per_step(step, model.initial_point(), steps, 3) * 1e3 * chains
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n = 2e4, 4 chains")
+    args = parser.parse_args(argv)
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    sizes = (20_000,) if args.quick else (100_000, 1_000_000)
+    chains = 4 if args.quick else 16
+    steps = 20 if args.quick else 15
+    rows, worker_peak = [], 0.0
+    round_trip, _ = sharded_ms(2 * 1000, 2, chains, steps)
+    print(f"round trip (2 workers, 1e3 rows each, {chains} chains): {round_trip:.2f} ms/step")
+    for n in sizes:
+        for workers in (1, 2):
+            ms, peaks = sharded_ms(n, workers, chains, steps)
+            worker_peak = max(worker_peak, *peaks)
+            rows.append(
+                {"n": n, "chains": chains, "config": f"{workers}_workers", "ms_per_step": ms}
+            )
+            print(f"n={n:.0e} {workers} worker(s): {ms:9.2f} ms/step", flush=True)
+    driver_peak = _max_rss_mb()  # before any in-process table exists
+    per_row_us = 0.0
+    for n in sizes:
+        ms = in_process_ms(n, chains, max(steps // 3, 3))
+        rows.append({"n": n, "chains": chains, "config": "in_process", "ms_per_step": ms})
+        per_row_us = ms * 1e3 / (n * chains)  # the largest n's, last
+        print(f"n={n:.0e} in-process: {ms:9.2f} ms/step", flush=True)
+    for r in rows:
+        base = next(
+            x["ms_per_step"] for x in rows if x["n"] == r["n"] and x["config"] == "in_process"
+        )
+        r["ratio"] = r["ms_per_step"] / base
+    extrapolated = chains * per_row_us * 1e-3 * 1e9 / 64 + round_trip
+    if not args.quick:
+        info = machine_info()
+        print(f"\nProduced by `{command_line(__file__, argv)}`; {info['cpu']}, "
+              f"{info['cpu_count']} CPUs.\n")  # fmt: skip
+        print("| n | chains | configuration | ms/step | ratio to in-process |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['n']:.0e} | {r['chains']} | {r['config']} | {r['ms_per_step']:.1f} | "
+                  f"{r['ratio']:.2f} |")  # fmt: skip
+    print(f"driver peak {driver_peak:.0f} MB, worker peak {worker_peak:.0f} MB; per row and "
+          f"proposal {per_row_us:.4f} us; 1e9 rows on 64 workers, {chains} chains: about "
+          f"{extrapolated:.0f} ms/step")  # fmt: skip
+    result = {
+        "rows": rows,
+        "driver_peak_mb": driver_peak,
+        "worker_peak_mb": worker_peak,
+        "round_trip_ms": round_trip,
+        "per_row_us": per_row_us,
+        "extrapolated_1e9_64_ms_per_step": extrapolated,
+    }
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
