@@ -19,8 +19,9 @@ Extrapolation (on paper): a step of C chains on 1e9 rows over 64 workers costs a
 proposal at the largest n measured and ``round_trip`` the 2-worker round trip (a real
 cluster's network adds its own latency; see docs/distributed.md).
 
-Run ``python benchmarks/shards.py [--quick]`` from the repository root. ``--quick``: n = 2e4,
-4 chains (about a minute). The full run: n = 1e5 and 1e6, 16 chains. The last line is
+Run ``python benchmarks/shards.py [--quick] [--n 1e5 1e6] [--chains 16] [--steps 15]`` from
+the repository root. ``--quick``: n = 2e4, 4 chains (about a minute). The full run: n = 1e5
+and 1e6, 16 chains. The last line is
 ``RESULT {"rows": [{n, chains, config, ms_per_step, ratio}], "driver_peak_mb",
 "worker_peak_mb", "round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
 """
@@ -118,12 +119,16 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 2e4, 4 chains")
+    parser.add_argument("--n", type=float, nargs="+", help="table sizes (default 1e5 1e6)")
+    parser.add_argument("--chains", type=int, help="chains per step (default 16)")
+    parser.add_argument("--steps", type=int, help="timed steps per configuration (default 15)")
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     sizes = (20_000,) if args.quick else (100_000, 1_000_000)
-    chains = 4 if args.quick else 16
-    steps = 20 if args.quick else 15
+    sizes = tuple(int(n) for n in args.n) if args.n else sizes
+    chains = args.chains or (4 if args.quick else 16)
+    steps = args.steps or (20 if args.quick else 15)
     rows, worker_peak = [], 0.0
     round_trip, _ = sharded_ms(2 * 1000, 2, chains, steps)
     print(f"round trip (2 workers, 1e3 rows each, {chains} chains): {round_trip:.2f} ms/step")

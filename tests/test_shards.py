@@ -65,7 +65,7 @@ def client():
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     )
     client = Client(cluster, set_as_default=False)
     yield client
@@ -173,6 +173,36 @@ def test_a_step_is_released_once_whatever_is_retried(client, tmp_path):
             assert computed[name] == {f"{pool.run}/0": 2, f"{pool.run}/1": 1}
 
 
+def test_the_blocks_of_dask_arrays_are_shards_computed_on_the_workers(client):
+    import dask
+    import dask.array as da
+
+    def block(k):  # runs on a worker: the rows are never in the driver
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows computed in the driver")
+        return _rows(k)["y"]
+
+    y = da.concatenate(
+        [da.from_delayed(dask.delayed(block)(k), shape=(N_K,), dtype=float) for k in range(3)]
+    )
+    model = _model()
+    with ShardPool(
+        {"y": y}, model, model.value_vars, model.initial_point(), cluster=client
+    ) as pool:
+        assert pool.names == ["shard-0", "shard-1", "shard-2"]
+        x0, x1 = np.zeros((2, 1)), np.array([[0.5], [-0.25]])
+        sums, counts = pool.release(x0, x1, np.full(2, 6.0), np.full(2, 1e-9), np.array([1e-9]))
+    y_all = np.concatenate([_rows(k)["y"] for k in range(3)])
+    exact = [np.sum(-0.5 * ((y_all - m) ** 2 - y_all**2)) for m in (0.5, -0.25)]
+    np.testing.assert_allclose(sums[0], exact, rtol=1e-9)
+    np.testing.assert_allclose(counts[0], 0.0, atol=1e-6)  # nothing clipped at B = 6
+    with pytest.raises(ValueError, match="share their row chunks"):
+        sample_sharded(
+            {"y": y, "X": da.zeros((3 * N_K, 2), chunks=(N_K // 2, 2))}, epsilon=EPS,
+            delta=DELTA, model=model, clip=CLIP,
+        )  # fmt: skip
+
+
 @pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
 def test_dask_never_reruns_a_step_in_a_run(client):
     model = _model()
@@ -267,6 +297,8 @@ def test_a_hung_worker_hits_the_timeout(client):
     ("extra", "match"),
     [
         ({"shards": "table.npz"}, "`shards` must be a non-empty list of loaders"),
+        ({"shards": {"y": np.zeros(3)}}, "must map pm.Data container names to dask arrays"),
+        ({"shards": [{"y": np.zeros(3)}]}, r"`shards\[0\]` must be a callable"),
         ({"shards": []}, "`shards` must hold at least one loader"),
         ({"shards": ["table.csv"]}, r"`shards\[0\]` names a path that is not an .npz"),
         ({"shards": [3]}, r"`shards\[0\]` must be a callable"),

@@ -51,11 +51,16 @@ __all__ = [
 ]
 
 
-def load_rows(loader: Callable[[], Mapping[str, Any]] | str | os.PathLike) -> dict[str, Any]:
+def load_rows(
+    loader: Callable[[], Mapping[str, Any]] | str | os.PathLike | Mapping[str, Any],
+) -> dict[str, Any]:
     """Run an owner's loader: a callable returning ``{container name: array}``, or the path
-    of an ``.npz`` file whose arrays are named after the model's ``pm.Data`` containers."""
+    of an ``.npz`` file whose arrays are named after the model's ``pm.Data`` containers, or
+    (a shard of a Dask collection) that mapping itself, already computed on this worker."""
     if callable(loader):
         rows = loader()
+    elif isinstance(loader, Mapping):
+        rows = loader
     else:
         path = Path(loader)
         if path.suffix != ".npz":

@@ -46,15 +46,21 @@ def shard_loaders(shards: Any) -> list[Loader]:
 
     Parameters
     ----------
-    shards : sequence of callable or path
+    shards : sequence of callable or path, or dict of dask arrays
         Each a callable returning ``{pm.Data container name: array}`` (the shard's rows) or
-        the path of an ``.npz`` file of arrays so named; they run on the workers.
+        the path of an ``.npz`` file of arrays so named; they run on the workers. Or
+        ``{pm.Data container name: dask.array.Array}`` with the same row chunks: block ``k``
+        of every array is shard ``k`` (computed on the workers; the columns must be one
+        chunk).
 
     Returns
     -------
     list
+        Loaders; for dask arrays, one ``{name: Delayed}`` per row block.
     """
-    if isinstance(shards, str | os.PathLike | Mapping) or not isinstance(shards, Sequence):
+    if isinstance(shards, Mapping):
+        return _dask_shards(shards)
+    if isinstance(shards, str | os.PathLike) or not isinstance(shards, Sequence):
         raise ValueError(
             "`shards` must be a non-empty list of loaders: callables returning "
             "{pm.Data name: array}, or paths of .npz files (read on the workers)."
@@ -63,11 +69,46 @@ def shard_loaders(shards: Any) -> list[Loader]:
     if not shards:
         raise ValueError("`shards` must hold at least one loader.")
     for k, loader in enumerate(shards):
+        if isinstance(loader, Mapping) and _delayed_blocks(loader):
+            continue  # a block of a dask collection (from a dict of dask arrays)
         if not (callable(loader) or isinstance(loader, str | os.PathLike)):
             raise ValueError(f"`shards[{k}]` must be a callable or an .npz path.")
         if isinstance(loader, str | os.PathLike) and Path(loader).suffix != ".npz":
             raise ValueError(f"`shards[{k}]` names a path that is not an .npz file.")
     return shards
+
+
+def _delayed_blocks(block: Mapping[str, Any]) -> bool:
+    """Whether every value is a dask ``Delayed`` (rows that are not in the driver)."""
+    try:
+        from dask.delayed import Delayed
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(block) and all(isinstance(v, Delayed) for v in block.values())
+
+
+def _dask_shards(arrays: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``{name: dask array}`` to one ``{name: Delayed}`` per row block (nothing computed)."""
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask comes with the distributed extra
+        da = None
+    if (
+        da is None
+        or not arrays
+        or not all(isinstance(a, da.Array) and a.ndim >= 1 for a in arrays.values())
+    ):
+        raise ValueError(
+            "`shards` given as a dict must map pm.Data container names to dask arrays."
+        )
+    row_chunks = {a.chunks[0] for a in arrays.values()}
+    if len(row_chunks) != 1:
+        raise ValueError("`shards`: the dask arrays must share their row chunks.")
+    if any(len(c) != 1 for a in arrays.values() for c in a.chunks[1:]):
+        raise ValueError("`shards`: each dask array's columns must be one chunk (rechunk).")
+    blocks = {name: a.to_delayed().reshape(-1) for name, a in arrays.items()}
+    n_blocks = len(next(iter(row_chunks)))
+    return [{name: blocks[name][k] for name in arrays} for k in range(n_blocks)]
 
 
 class ShardPool(ActorPool):
@@ -137,6 +178,14 @@ class ShardPool(ActorPool):
         point = {k: np.asarray(v) for k, v in point.items()}
         #: Which worker holds each shard (round-robin).
         self.placement = [workers[k % len(workers)] for k in range(len(loaders))]
+        # A dask collection's blocks are computed on the workers; the actors receive them
+        # worker to worker (Dask resolves the futures in the arguments), never via the driver.
+        loaders = [
+            dict(zip(loader, self.client.compute(list(loader.values())), strict=True))
+            if isinstance(loader, Mapping)
+            else loader
+            for loader in loaders
+        ]
         futures = [
             self.client.submit(
                 ShardService,
