@@ -269,10 +269,11 @@ def sample(
     owners, cluster : optional
         Several data owners on a Dask cluster: a list of
         :class:`pymc_penalty.distributed.Owner`; see :func:`pymc_penalty.distributed.sample`.
-    shards : list of loaders, optional
+    shards : list of loaders or dict of dask arrays, optional
         One curator's table split into shards on a Dask cluster (``cluster`` as for owners):
-        one loader (callable or ``.npz`` path) per shard, run on the workers; the driver adds
-        one noise draw per release. See :func:`pymc_penalty.distributed.sample_sharded`.
+        one loader (callable or ``.npz`` path) per shard, run on the workers, or
+        ``{pm.Data name: dask array}`` whose row blocks are the shards; the driver adds one
+        noise draw per release. See :func:`pymc_penalty.distributed.sample_sharded`.
     backend : {"pymc", "jax"}, default "pymc"
         ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
         draws run on a JAX device in jitted blocks, with the same releases, noise source,

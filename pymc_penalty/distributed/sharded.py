@@ -108,10 +108,12 @@ def sample_sharded(
 
     Parameters
     ----------
-    shards : sequence of callable or path
+    shards : sequence of callable or path, or dict of dask arrays
         One loader per shard, run on the workers: a callable returning
         ``{pm.Data container name: array}`` (the shard's rows), or the path of an ``.npz``
-        file of arrays so named.
+        file of arrays so named. Or ``{pm.Data container name: dask.array.Array}`` with the
+        same row chunks: row block ``k`` of every array is shard ``k``, computed on the
+        workers.
     epsilon, delta : float
         The run's budget (the whole table's: the shards are one party).
     draws, tune, chains : int
