@@ -213,16 +213,8 @@ class OwnerService(RowsService):
 
     Parameters
     ----------
-    name : str
-        The owner's name (in messages).
-    model_bytes : bytes
-        The model, pickled without rows (its ``pm.Data`` containers hold placeholders).
-    value_names : list of str
-        Names of the value variables of the raveled parameter vector, in order.
-    point : dict
-        A point giving their shapes.
-    loader : callable or path
-        See :func:`load_rows`; it runs here, never in the driver.
+    name, model_bytes, value_names, point, loader
+        As :class:`RowsService` (``name`` is the owner's).
     ledger_path : str
         The owner's ledger file (the secret and the journal are kept beside it).
     budget_mu : float
@@ -233,9 +225,8 @@ class OwnerService(RowsService):
         The sensitivity of the owner's clipped sum in units of the bound (2 under the owner's
         substitute-one relation, 1 under add/remove-one): the owner's own check of what a
         release's noise costs.
-    driver_pid : int
-        The driver's process id: the rows are refused if this is the driver's process.
-    compile_kwargs : dict, optional
+    driver_pid, compile_kwargs
+        As :class:`RowsService`.
     """
 
     def __init__(
