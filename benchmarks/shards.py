@@ -11,8 +11,8 @@ partial sums, the noise, the decisions). The round trip is the sharded step at n
 shard, where the rows cost nearly nothing.
 
 Memory: the driver's peak resident set (``ru_maxrss``) is read after the sharded runs and
-before any in-process table exists (imports included); each worker's peak is read on the
-worker. The in-process runs come last.
+before any in-process table exists (imports included; ``driver_import_mb`` is the peak after
+the imports alone); each worker's peak is read on the worker. The in-process runs come last.
 
 Extrapolation (on paper): a step of C chains on 1e9 rows over 64 workers costs about
 ``C * per_row * 1e9 / 64 + round_trip``, with ``per_row`` the in-process cost per row and
@@ -23,6 +23,7 @@ Run ``python benchmarks/shards.py [--quick] [--n 1e5 1e6] [--chains 16] [--steps
 the repository root. ``--quick``: n = 2e4, 4 chains (about a minute). The full run: n = 1e5
 and 1e6, 16 chains. The last line is
 ``RESULT {"rows": [{n, chains, config, ms_per_step, ratio}], "driver_peak_mb",
+"driver_import_mb",
 "worker_peak_mb", "round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
 """
 
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
     logging.getLogger("distributed").setLevel(logging.ERROR)
+    driver_import = _max_rss_mb()  # the imports alone (pymc, pytensor, dask)
     sizes = (20_000,) if args.quick else (100_000, 1_000_000)
     sizes = tuple(int(n) for n in args.n) if args.n else sizes
     chains = args.chains or (4 if args.quick else 16)
@@ -162,12 +164,13 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows:
             print(f"| {r['n']:.0e} | {r['chains']} | {r['config']} | {r['ms_per_step']:.1f} | "
                   f"{r['ratio']:.2f} |")  # fmt: skip
-    print(f"driver peak {driver_peak:.0f} MB, worker peak {worker_peak:.0f} MB; per row and "
-          f"proposal {per_row_us:.4f} us; 1e9 rows on 64 workers, {chains} chains: about "
-          f"{extrapolated:.0f} ms/step")  # fmt: skip
+    print(f"driver peak {driver_peak:.0f} MB (imports {driver_import:.0f} MB), worker peak "
+          f"{worker_peak:.0f} MB; per row and proposal {per_row_us:.4f} us; 1e9 rows on 64 "
+          f"workers, {chains} chains: about {extrapolated:.0f} ms/step")  # fmt: skip
     result = {
         "rows": rows,
         "driver_peak_mb": driver_peak,
+        "driver_import_mb": driver_import,
         "worker_peak_mb": worker_peak,
         "round_trip_ms": round_trip,
         "per_row_us": per_row_us,

@@ -302,6 +302,7 @@ def check_shards(res: dict) -> None:
         )
         assert r["ratio"] == pytest.approx(r["ms_per_step"] / base)
     assert all(_positive(res[k]) for k in ("driver_peak_mb", "worker_peak_mb", "round_trip_ms"))
+    assert res["driver_import_mb"] <= res["driver_peak_mb"]
     # The extrapolation follows from the measured per-row cost and round trip.
     chains, top = rows[0]["chains"], max(r["n"] for r in rows)
     inproc = next(r for r in rows if r["n"] == top and r["config"] == "in_process")
