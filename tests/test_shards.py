@@ -344,3 +344,17 @@ def test_an_unreachable_scheduler_and_a_refused_model_spend_nothing(tmp_path):
             **args,
         )  # fmt: skip
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
+
+
+def test_a_failing_loader_is_named_and_spends_nothing(client, tmp_path):
+    ledger_path = tmp_path / "run.ledger"
+
+    def wrong_names():
+        return {"not_a_container": np.zeros(3)}
+
+    with pytest.raises(ShardError, match="Shard 'shard-1' failed to start.*not pm.Data"):
+        sample_sharded(
+            [_loader(0), wrong_names], model=_model(), cluster=client, ledger_path=ledger_path,
+            epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP,
+        )  # fmt: skip
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
