@@ -605,9 +605,10 @@ def plot(cells: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def write_docs(cells: list[dict], command: str, seconds: float) -> None:
+def write_docs(cells: list[dict], command: str, seconds: float, summary: str | None = None) -> None:
     """Write ``docs/benchmarks/model-suite.md`` and its plot: the command, the table, the
-    targets met, and how to read them."""
+    targets met, and how to read them (``summary``: the ``--from-csv`` command that made the
+    table from the run's CSV, if it did)."""
     from _common import machine_info
 
     info = machine_info()
@@ -626,6 +627,11 @@ def write_docs(cells: list[dict], command: str, seconds: float) -> None:
     head[0] += " issue 27 targets |"
     head[1] += "---|"
     wall = "unknown" if math.isnan(seconds) else f"{seconds / 60:.0f} minutes"
+    summary_text = (
+        f"\nThe table was made from that run's per-run CSV by\n\n```\n{summary}\n```\n"
+        if summary
+        else ""
+    )
     text = f"""# Model suite: the models people write (issue 27, item 6)
 
 Written by `benchmarks/model_suite.py` on {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -635,7 +641,7 @@ jobs; pymc {info["versions"]["pymc"]}). Command:
 ```
 {command}
 ```
-
+{summary_text}
 The models, methods and columns are described in the module docstring of
 `benchmarks/model_suite.py`. Errors and sd ratios are against NUTS on the same data set
 (2 chains x 1000 draws); coverage is of the true parameter (drawn from the prior) by the 90%
@@ -718,7 +724,11 @@ def main(argv: list[str] | None = None) -> int:
     cells = summarise(rows)
     print(table(cells))
     if args.write_docs and not args.quick:
-        write_docs(cells, command, seconds if not args.from_csv else args.seconds)
+        if args.from_csv:
+            summary = command_line(__file__, sys.argv[1:] if argv is None else argv)
+            write_docs(cells, command, args.seconds, summary)
+        else:
+            write_docs(cells, command, seconds)
     result = {
         "command": command,
         "csv": os.path.relpath(path, REPO_ROOT) if not args.quick else path,
