@@ -32,7 +32,8 @@ Methods (a registry: :func:`register_method` adds one by name, e.g. a future ``t
 The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chains,
 ``cores=1``) on the same data. Per cell (model, n, epsilon, method), over the data sets:
 
-- ``rms``: RMS over data sets of the RMS over parameters of (mean - NUTS mean) / NUTS sd;
+- ``rms``: RMS over data sets of the RMS over parameters of (mean - NUTS mean) / NUTS sd
+  (``median``: the median over data sets of the same, which one bad data set moves less);
 - ``sd_ratio`` / ``sd_ratio_min``: the mean, and the min, over parameters of sd / NUTS sd,
   averaged over data sets;
 - ``coverage``: the fraction of (data set, parameter) pairs whose 90% equal-tailed interval
@@ -481,6 +482,7 @@ def summarise(rows: list[dict]) -> list[dict]:
             counted = sum(r["n_covered"] for r in ok)
             line.update(
                 rms=float(np.sqrt(np.mean([r["err_rms"] ** 2 for r in ok]))),
+                median=float(np.median([r["err_rms"] for r in ok])),
                 sd_ratio=float(np.mean([r["sd_ratio"] for r in ok])),
                 sd_ratio_min=float(np.mean([r["sd_ratio_min"] for r in ok])),
                 coverage=covered / counted,
@@ -510,22 +512,24 @@ def _fmt(v: Any, digits: int = 2) -> str:
 def table(cells: list[dict]) -> str:
     """The cells as a Markdown table."""
     head = (
-        "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | sd ratio (min) "
+        "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
+        "| sd ratio (min) "
         "| 90% coverage | converged | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
         data = f"{c['datasets']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
         lines.append(
             f"| {c['model']} | {_n_label(c['n'])} | {eps} | {c['method']} | {data} "
-            f"| {_fmt(c['rms'])} | {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
+            f"| {_fmt(c['rms'])} | {_fmt(c['median'])} "
+            f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
             f"| {_fmt(c['eps_spent'])} | {_fmt(c['wall_s'], 1)} |"
         )
