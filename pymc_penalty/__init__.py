@@ -18,6 +18,7 @@ from pymc_penalty.contamination import (
     privacy_curve,
     sample_contaminated,
 )
+from pymc_penalty.data_screen import UnevaluableRowsWarning
 from pymc_penalty.diagnostics import (
     ConvergenceWarning,
     convergence_verdict,
@@ -56,6 +57,7 @@ __all__ = [
     "StudentTContamination",
     "TruncatedStudentT",
     "UnpublishedResultWarning",
+    "UnevaluableRowsWarning",
     "UtilityForecast",
     "UtilityWarning",
     "ConvergenceWarning",

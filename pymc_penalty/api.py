@@ -27,6 +27,13 @@ from pymc_penalty.budget import (
     calibrate,
 )
 from pymc_penalty.callback import PrivacyCallback
+from pymc_penalty.data_screen import (
+    SCREEN_SHARE,
+    RowScreen,
+    UnevaluableRowsWarning,
+    flag_unevaluable,
+    screen_rows,
+)
 from pymc_penalty.forecast import (
     UtilityWarning,
     forecast_run,
@@ -38,6 +45,7 @@ from pymc_penalty.model_checks import (
     check_initvals,
     data_dependent_deterministics,
     n_datapoints,
+    validate_model,
 )
 from pymc_penalty.publish import finalize, finalize_result, step_report
 from pymc_penalty.sample_plan import (
@@ -94,6 +102,43 @@ def _data_free_reason(exc: BaseException) -> str:
 def _warm_start_clip(warm_start_clip: float | None) -> float | str:
     """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
     return "auto" if warm_start_clip is None else float(warm_start_clip)
+
+
+def _screen_rows(
+    model: pm.Model,
+    available: float,
+    ledger: PrivacyLedger,
+    neighbours: str,
+    step_kwargs: dict[str, Any] | None,
+    pm_sample_kwargs: dict[str, Any],
+) -> RowScreen:
+    """After the model gate (a model it refuses must spend nothing), spend
+    :data:`~pymc_penalty.data_screen.SCREEN_SHARE` of ``available`` (mu^2) on the noisy count
+    of rows each observed variable cannot evaluate; warn, naming the variable, where it is far
+    above zero. Such rows are clipped, never refused (issue 28)."""
+    add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+    validate_model(model, list(model.value_vars), add_remove=add_remove)
+    noise_rng = None
+    if (step_kwargs or {}).get("reproducible_noise"):
+        noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
+    try:
+        screen = screen_rows(
+            model, mu=math.sqrt(available * SCREEN_SHARE), ledger=ledger, noise_rng=noise_rng
+        )
+    finally:
+        ledger.release_unused()  # the rest of the reservation goes back to the run
+    flagged = flag_unevaluable(screen.counts, screen.noise_sd)
+    if flagged:
+        counts = ", ".join(f"{name!r}: {screen.counts[name]:.0f}" for name in flagged)
+        warnings.warn(
+            f"Observed variables {flagged} have many rows their likelihood cannot evaluate "
+            f"(NaN or infinite values, or values outside the support; released noisy counts "
+            f"{counts}, noise sd {screen.noise_sd:.0f}). Such rows add nothing and count as "
+            "clipped. Check the data's coding and missing values before spending more.",
+            UnevaluableRowsWarning,
+            stacklevel=3,
+        )
+    return screen
 
 
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -342,6 +387,8 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
+    screen = _screen_rows(model, available, ledger, neighbours, step_kwargs, pm_sample_kwargs)
+    available = available_mu(ledger) ** 2  # what the screen left
     forecast_args = dict(
         clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
     )
@@ -436,6 +483,9 @@ def sample(
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
+    warm_report.update(
+        dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
+    )
     warm_report.update(phase_report(step, plan))
     warm_report.update(forecast)
 

@@ -58,7 +58,7 @@ from pymc_penalty.step_tuning import (
     progressbar_update_functions,
     starting_proposal,
 )
-from pymc_penalty.validation import check_model_data, check_step_arguments
+from pymc_penalty.validation import check_step_arguments
 
 __all__ = [
     "DEFAULT_PLAN",
@@ -299,7 +299,6 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             vars = get_value_vars_from_user_vars(vars, model)
         adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
         self._n = validate_model(model, vars, add_remove=adds)
-        check_model_data(model)  # NaN, inf, values outside the support
         leaky = data_dependent_deterministics(model, self._n)
         warn_data_deterministics(leaky)
 

@@ -7,13 +7,15 @@ accounting functions, :func:`forecast_utility`, :func:`private_warm_start`,
 they compile a graph, open a ledger or charge it.
 
 Messages name the argument and the accepted range or type. They may quote the value of an
-*argument* (a budget, a number of draws: the caller's own settings) but never data: the data
-checks (:func:`check_model_data`) name the variable or container only, never a value, a row,
-how many rows are wrong, or ``n``.
+*argument* (a budget, a number of draws: the caller's own settings) but never data.
 
-Refusing data is itself an answer about the data (one bit: the table has an invalid row). It
-is given to the party that holds the data and runs the analysis, before any release, just as
-PyMC refuses NaN in ``pm.Data``; it never reaches a published result.
+Nothing here reads a data value. A refusal spends nothing, so a refusal that depended on the
+data would be a free answer about it: a support check (``observed=np.round(y - c)`` under a
+Poisson) bisects a record in a few dozen constructions (issue 28). A NaN, an infinite value
+or a value outside the likelihood's support is a row the likelihood cannot evaluate: its
+ratio adds 0 and counts as clipped (:func:`pymc_penalty.likelihood.clipped_ratio_sum`), and
+:func:`pymc_penalty.sample` tells the user about systematic errors through a charged, noisy
+count of such rows (:mod:`pymc_penalty.data_screen`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ __all__ = [
     "check_clip",
     "check_integer",
     "check_ledger",
-    "check_model_data",
     "check_plan",
     "check_real",
     "check_sample_arguments",
@@ -54,8 +55,14 @@ class InvalidArgumentError(ValueError, TypeError):
 
 
 class InvalidDataError(ValueError):
-    """The data cannot be analysed: a NaN or infinite value, or a value outside the
-    likelihood's support. The message names the variable, never a value or a row."""
+    """No longer raised: kept so that ``except InvalidDataError`` in existing code still runs.
+
+    Data values never cause a refusal (a refusal spends nothing, so it would be a free answer
+    about the data; issue 28). Rows the likelihood cannot evaluate are clipped, and
+    :func:`pymc_penalty.sample` warns with
+    :class:`~pymc_penalty.data_screen.UnevaluableRowsWarning` when their charged noisy count
+    is far above zero.
+    """
 
 
 def _interval(low: float, high: float, low_open: bool, high_open: bool) -> str:
@@ -333,94 +340,3 @@ def check_sample_arguments(
             "`random_seed` must be an integer >= 0, a sequence of them, a NumPy Generator or "
             f"None; {_got(seed)}."
         )
-
-
-# --------------------------------------------------------------------------------------------
-# data
-# --------------------------------------------------------------------------------------------
-
-
-def _container_name(model: Any, var: Any) -> str:
-    for rv in model.observed_RVs:
-        if model.rvs_to_values[rv] is var:
-            return f"observed variable `{rv.name}`"
-    return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
-
-
-# Likelihoods whose support, whatever their parameters, is the non-negative integers (and
-# {0, 1} for the Bernoulli). Only such parameter-free supports are checked: a support set by
-# the model's parameters or constants (``Uniform(0, t)``) would let whoever writes the model
-# learn, for free and exactly, whether some record passes a threshold of their choosing
-# (refusals spend nothing). Records outside a parameter-dependent support are not refused:
-# their ratio is clipped at -B and counted in the noisy clipped count, privately.
-_COUNT_LIKELIHOODS = {
-    "BernoulliRV": 1,
-    "BinomialRV": None,
-    "BetaBinomialRV": None,
-    "PoissonRV": None,
-    "NegativeBinomialRV": None,
-    "GeometricRV": None,
-    "CategoricalRV": None,
-    "MultinomialRV": None,
-    "DirichletMultinomialRV": None,
-}
-
-
-def check_model_data(model: Any) -> None:
-    """Refuse data that cannot be analysed, before anything is compiled for sampling.
-
-    Checks that depend on the data only, never on anything the model's author chooses, so a
-    refusal cannot be steered to probe records (it tells the data holder one fixed fact about
-    their table); each names the variable and never a value, a row or a count:
-
-    1. every observed value, every ``pm.Data`` container and every NumPy array written into an
-       observed variable's graph is finite (no NaN, no inf);
-    2. observed values of count likelihoods (Bernoulli, binomial, Poisson, negative binomial,
-       geometric, categorical, multinomial) are non-negative integers (0 or 1 for Bernoulli).
-
-    Raises
-    ------
-    InvalidDataError
-    """
-    from pytensor.graph.basic import Constant
-
-    from pymc_penalty.locality import array_value
-    from pymc_penalty.model_checks import _ancestors, data_sources
-
-    for var in data_sources(model):
-        value = array_value(var)
-        if value is None or value.dtype.kind not in "biufc":
-            continue
-        if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-            raise InvalidDataError(
-                f"The {_container_name(model, var)} holds NaN or infinite values: every value "
-                "must be finite. Drop or impute those rows before the analysis (outside the "
-                "model: imputation inside it reads other rows)."
-            )
-    for rv in model.observed_RVs:
-        for var in _ancestors([rv], through_shapes=False):
-            if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
-                value = np.asarray(var.data)
-                if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-                    raise InvalidDataError(
-                        f"An array read by the observed variable `{rv.name}` holds NaN or "
-                        "infinite values: every covariate must be finite. Drop or impute those "
-                        "rows before the analysis."
-                    )
-        family = type(rv.owner.op).__name__
-        if family not in _COUNT_LIKELIHOODS:
-            continue
-        value = array_value(model.rvs_to_values[rv])
-        if value is None:  # computed in the graph: not checked here (the gate decides)
-            continue
-        upper = _COUNT_LIKELIHOODS[family]
-        ok = np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
-        if upper is not None:
-            ok = ok and np.all(value <= upper)
-        if not bool(ok):
-            allowed = "0 or 1" if upper == 1 else "non-negative integers"
-            raise InvalidDataError(
-                f"The observed variable `{rv.name}` has values outside the support of its "
-                f"{family.removesuffix('RV')} distribution: they must be {allowed}. Check the "
-                "data's coding before the analysis."
-            )

@@ -97,7 +97,6 @@ from pymc_penalty.validation import (
     check_choice,
     check_integer,
     check_ledger,
-    check_model_data,
     check_real,
 )
 from pymc_penalty.warmstart_scoring import (
@@ -305,7 +304,6 @@ def private_warm_start(
     point = model.initial_point()
     value_vars = list(model.value_vars)
     n = validate_model(model, value_vars, add_remove=relation is Neighbours.ADD_REMOVE)
-    check_model_data(model)  # NaN, inf, values outside the support: before any spend
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)

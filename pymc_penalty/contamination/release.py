@@ -25,7 +25,7 @@ from pymc_penalty.model_checks import (
     depends_on_data,
     n_datapoints,
 )
-from pymc_penalty.validation import check_choice, check_integer, check_model_data
+from pymc_penalty.validation import check_choice, check_integer
 
 __all__ = ["REPORT_KEY", "netcdf_safe", "sample_contaminated"]
 
@@ -109,7 +109,6 @@ def sample_contaminated(
             raise ValueError(f"`{key}` is fixed by sample_contaminated (one chain).")
     model = pm.modelcontext(model)
     tags = _check_model(model)
-    check_model_data(model)
     n = n_datapoints(model)
     with model:
         idata = pm.sample(

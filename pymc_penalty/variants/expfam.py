@@ -58,7 +58,7 @@ from pymc_penalty.step_setup import (
     resolve_adapt_window,
 )
 from pymc_penalty.step_tuning import PenaltyMetropolisState
-from pymc_penalty.validation import check_model_data, check_real
+from pymc_penalty.validation import check_real
 from pymc_penalty.variants._families import FAMILIES, recognise_family
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
@@ -166,7 +166,6 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
         adds = self.neighbours is Neighbours.ADD_REMOVE
         n = validate_model(model, vars, row_locality=False, add_remove=adds)
-        check_model_data(model)  # NaN, inf, values outside the support
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
