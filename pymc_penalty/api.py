@@ -43,8 +43,10 @@ from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, st
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.model_checks import (
     check_initvals,
+    check_min_rows,
     data_dependent_deterministics,
     n_datapoints,
+    rule_rows,
     validate_model,
 )
 from pymc_penalty.publish import finalize, finalize_result, step_report
@@ -60,7 +62,7 @@ from pymc_penalty.sample_plan import (
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.step import PenaltyMetropolis, UnpublishedResultWarning
 from pymc_penalty.step_setup import check_step_kwargs
-from pymc_penalty.validation import check_sample_arguments
+from pymc_penalty.validation import InvalidArgumentError, check_sample_arguments
 from pymc_penalty.warmstart import (
     WARM_START_STEPS,
     WarmStart,
@@ -108,7 +110,7 @@ def _screen_rows(
     model: pm.Model,
     available: float,
     ledger: PrivacyLedger,
-    neighbours: str,
+    gate: tuple[bool, int | None],
     step_kwargs: dict[str, Any] | None,
     pm_sample_kwargs: dict[str, Any],
 ) -> RowScreen:
@@ -116,8 +118,8 @@ def _screen_rows(
     :data:`~pymc_penalty.data_screen.SCREEN_SHARE` of ``available`` (mu^2) on the noisy count
     of rows each observed variable cannot evaluate; warn, naming the variable, where it is far
     above zero. Such rows are clipped, never refused (issue 28)."""
-    add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
-    validate_model(model, list(model.value_vars), add_remove=add_remove)
+    add_remove, min_rows = gate
+    validate_model(model, list(model.value_vars), add_remove=add_remove, min_rows=min_rows)
     noise_rng = None
     if (step_kwargs or {}).get("reproducible_noise"):
         noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
@@ -233,6 +235,7 @@ def sample(
     tune: int | str = "auto",
     chains: int | str = "auto",
     neighbours: str = "substitute",
+    min_rows: int | None = None,
     clip: float | str = "auto",
     clip_mode: str = "metric",
     clip_count_share: float = 0.05,
@@ -276,6 +279,12 @@ def sample(
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
         posterior with its metric, and only the scaling and the clip are tuned).
     neighbours : {"substitute", "add_remove"}
+    min_rows : int, optional
+        Under add/remove-one, a public lower bound (``>= 2``) on the number of rows, fixed
+        without looking at the table: the model gate's shape rules compare lengths with it
+        instead of the private count, so no refusal depends on ``n`` (a table with fewer
+        rows is refused before anything is spent). Without it a refusal can tell ``n``.
+        Recorded as ``dp_min_rows``.
     clip : float or "auto", default "auto"
         Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
         tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
@@ -342,6 +351,7 @@ def sample(
     # Every argument, before a ledger is opened or anything compiled (the data are checked
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
+    min_rows = check_min_rows(min_rows)
     model = pm.modelcontext(model)
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
@@ -350,8 +360,10 @@ def sample(
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
+        if min_rows is not None:
+            raise InvalidArgumentError("`min_rows` is not supported with `owners`; leave it out.")
         chains = resolve_chains(chains, 0.0, None)  # no warm start there
-        args = dict(locals(), **pm_sample_kwargs)
+        args = {k: v for k, v in dict(locals(), **pm_sample_kwargs).items() if k != "min_rows"}
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
@@ -381,13 +393,18 @@ def sample(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
             "warm-start estimate. Set warm_start=0 to choose the starting point."
         )
-    check_initvals(model, pm_sample_kwargs.get("initvals"))  # before anything is spent
+    add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+    # The count the gate's shape rules use: n, or under add/remove-one the public bound.
+    rule_n = rule_rows(n_datapoints(model), add_remove, min_rows)
+    check_initvals(model, pm_sample_kwargs.get("initvals"), rule_n)  # before anything is spent
     if ledger_path is None:
         ledger = PrivacyLedger(budget.mu)
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
-    screen = _screen_rows(model, available, ledger, neighbours, step_kwargs, pm_sample_kwargs)
+    screen = _screen_rows(
+        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
+    )
     available = available_mu(ledger) ** 2  # what the screen left
     forecast_args = dict(
         clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
@@ -416,6 +433,7 @@ def sample(
                 neighbours=neighbours,
                 noise_rng=noise_rng,
                 compile_kwargs=step_kwargs.get("compile_kwargs"),
+                min_rows=min_rows,
             )
         except WarmStartRefused:
             ledger.release_unused()
@@ -472,12 +490,13 @@ def sample(
             neighbours=neighbours,
             clip_count_share=clip_count_share,
             ledger=ledger,
+            min_rows=min_rows,
             **step_kwargs,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any
         # error raised while computing them on the data) never exist outside the model.
-        leaky = set(data_dependent_deterministics(model))
+        leaky = set(data_dependent_deterministics(model, rule_n))
         stored = [*model.free_RVs, *model.deterministics]
         pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))

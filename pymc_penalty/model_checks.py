@@ -42,7 +42,9 @@ __all__ = [
     "data_dims",
     "data_sources",
     "depends_on_data",
+    "check_min_rows",
     "n_datapoints",
+    "rule_rows",
     "validate_model",
 ]
 
@@ -91,6 +93,59 @@ def n_datapoints(model: pm.Model) -> int:
             "so that datapoint i is row i of every one of them; their row counts differ."
         )
     return next(iter(lengths.values()))
+
+
+def check_min_rows(min_rows: object) -> int | None:
+    """``min_rows`` as an int ``>= 2``, or None.
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    from pymc_penalty.validation import check_integer
+
+    return None if min_rows is None else check_integer("min_rows", min_rows, low=2)
+
+
+def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
+    """The row count the gate's shape rules compare lengths with.
+
+    Under substitute-one ``n`` is public and the rules use it. Under add/remove-one ``n`` is
+    private: a rule that compares a length with ``n`` (an axis of at least ``n / 2`` is data;
+    a published length within one of ``n`` is refused; fewer than two rows skip the probes)
+    answers a membership question for free (issue 28: 42 parameters were accepted at
+    ``n = 40`` and refused at ``n = 41``). With ``min_rows``, a public lower bound on ``n``,
+    the rules use ``min_rows`` instead, and every decision is a function of public inputs
+    only. A table with fewer rows than the bound is outside the stated domain and refused
+    (the message names ``min_rows``, never ``n``).
+
+    Parameters
+    ----------
+    n : int
+        The datapoint count.
+    add_remove : bool
+        Whether the guarantee is for add/remove-one neighbours.
+    min_rows : int or None
+        Public lower bound on ``n`` (used under add/remove-one only).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ModelNotPrivateError
+        Under add/remove-one, when the table has fewer rows than ``min_rows``.
+    """
+    if not add_remove or min_rows is None:
+        return n
+    if n < min_rows:
+        raise ModelNotPrivateError(
+            f"The table has fewer rows than `min_rows` = {min_rows}, the public lower bound "
+            "on the number of rows the guarantee is stated for. Lower `min_rows` (it must be "
+            "fixed without looking at the table)."
+        )
+    return int(min_rows)
 
 
 def data_sources(model: pm.Model) -> list[Variable]:
@@ -161,11 +216,12 @@ def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]
     return names
 
 
-def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
+def data_dims(model: pm.Model, n: int | None = None, *, bounded: bool = False) -> list[str]:
     """Dimensions whose coordinates label records (record ids are data too).
 
     The dims of observed variables and ``pm.Data`` containers, and any model coordinate as
-    long as the data (``n``).
+    long as the data (``n``); with ``bounded`` (``n`` is then a public lower bound on the
+    count), any coordinate at least ``n - 1`` long.
     """
     n = n_datapoints(model) if n is None else n
     dims: set[str] = set()
@@ -173,7 +229,7 @@ def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
     for var in [*model.observed_RVs, *model.data_vars]:
         dims.update(d for d in named.get(var.name, ()) if d is not None)
     for name, values in model.coords.items():
-        if values is not None and len(values) == n:
+        if values is not None and (len(values) >= n - 1 if bounded else len(values) == n):
             dims.add(name)
     dims.update(_data_indexed_dims(model, n))
     return sorted(dims)
@@ -226,7 +282,7 @@ def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
         )
 
 
-def check_initvals(model: pm.Model, initvals: object) -> None:
+def check_initvals(model: pm.Model, initvals: object, n: int | None = None) -> None:
     """Refuse ``pm.sample`` initial values that could carry data (before anything is spent).
 
     ``initvals`` (a mapping, or one per chain) reaches the chain without noise: a symbolic
@@ -242,7 +298,7 @@ def check_initvals(model: pm.Model, initvals: object) -> None:
     """
     if initvals is None:
         return
-    n = n_datapoints(model)
+    n = n_datapoints(model) if n is None else n  # or the rules' count (rule_rows)
     sources = data_sources(model)
     per_chain = [initvals] if isinstance(initvals, dict) else list(initvals)
     for chain_values in per_chain:
@@ -266,8 +322,20 @@ def check_initvals(model: pm.Model, initvals: object) -> None:
                 )
 
 
-def _near_n(shape: Sequence[int], n: int) -> bool:
-    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on)."""
+def _as_long(bounded: bool) -> str:
+    """How a near-n refusal describes the axis (never printing n)."""
+    return "at least `min_rows` - 1 long (it could be" if bounded else "as long as the data (it is"
+
+
+def _near_n(shape: Sequence[int], n: int, bounded: bool = False) -> bool:
+    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on).
+
+    With ``bounded`` (``n`` is then the public lower bound ``min_rows``): whether an axis is
+    at least ``n - 1``, that is, could be the count or one off it for some table allowed by
+    the bound.
+    """
+    if bounded:
+        return any(int(s) >= n - 1 for s in shape)
     return any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in shape)
 
 
@@ -277,6 +345,7 @@ def _refuse_published_axes_near_n(
     sources: Sequence[Variable],
     n: int,
     point: dict[str, np.ndarray],
+    bounded: bool = False,
 ) -> None:
     """Under add/remove-one, refuse published outputs that have an axis as long as the data.
 
@@ -290,21 +359,23 @@ def _refuse_published_axes_near_n(
     near = [
         d.name
         for d in model.deterministics
-        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n)
+        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n, bounded)
     ]
     if near:
         raise ModelNotPrivateError(
-            f"Deterministics {near} have an axis as long as the data. Under add/remove-one "
-            "neighbours the number of datapoints is private, and their shape would publish it. "
-            "Use neighbours='substitute' (the count is then public), or remove them."
+            f"Deterministics {near} have an axis {_as_long(bounded)} the row count). Under "
+            "add/remove-one neighbours the number of datapoints is private, and their shape "
+            "would publish it. Use neighbours='substitute' (the count is then public), or "
+            "remove them."
         )
     size = sum(int(np.size(point[v.name])) for v in value_vars)
-    if _near_n((size,), n):
+    if _near_n((size,), n, bounded):
         raise ModelNotPrivateError(
             "The step's parameter vector (all free variables raveled, published per step as "
-            "the `proposal` statistic) is as long as the data. Under add/remove-one neighbours "
-            "the number of datapoints is private, and that length would publish it. Use "
-            "neighbours='substitute' (the count is then public), or change the parameters."
+            f"the `proposal` statistic) is {_as_long(bounded)} the row count). Under "
+            "add/remove-one neighbours the number of datapoints is private, and that length "
+            "would publish it. Use neighbours='substitute' (the count is then public), or "
+            "change the parameters."
         )
 
 
@@ -315,6 +386,7 @@ def validate_model(
     row_locality: bool = True,
     point: dict[str, np.ndarray] | None = None,
     add_remove: bool = False,
+    min_rows: int | None = None,
 ) -> int:
     """Refuse models that cannot be sampled privately; return the datapoint count.
 
@@ -333,6 +405,10 @@ def validate_model(
     add_remove : bool, default False
         Whether the guarantee is for add/remove-one neighbours, under which the datapoint
         count is private: free variables with an axis of the data's length are refused.
+    min_rows : int, optional
+        Under add/remove-one, a public lower bound on the number of rows: every shape rule
+        then compares lengths with it instead of the private count (:func:`rule_rows`), so
+        no decision depends on ``n``.
 
     Returns
     -------
@@ -375,7 +451,9 @@ def validate_model(
                     f"free variable {rv.name!r}; imputed values are exact functions of the "
                     "data. Drop or impute the missing rows before sampling."
                 )
-    n = n_datapoints(model)
+    n_rows = n_datapoints(model)
+    n = rule_rows(n_rows, add_remove, min_rows)  # what the shape rules compare lengths with
+    bounded = add_remove and min_rows is not None
     for rv in model.observed_RVs:
         shape = _shape_of(model.rvs_to_values[rv])
         if len(shape) >= 2 and max(shape[1:]) > shape[0]:
@@ -413,20 +491,21 @@ def validate_model(
     if add_remove:
         # Under add/remove-one neighbours the datapoint count is private: a free variable
         # with one entry per datapoint would publish it in the posterior's shape.
-        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n)]
+        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n, bounded)]
         if per_row:
             raise ModelNotPrivateError(
-                f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
+                f"Free variables {per_row} have an axis {_as_long(bounded)} the row count). Under "
+                "add/remove-"
                 "one neighbours the number of datapoints is private, and their shape would "
                 "publish it. Use neighbours='substitute' (the count is then public), or model "
                 "per-datapoint effects by groups of public size."
             )
     if add_remove:
         point = point or model.initial_point()
-        _refuse_published_axes_near_n(model, value_vars, sources, n, point)
+        _refuse_published_axes_near_n(model, value_vars, sources, n, point, bounded)
     if row_locality:
         try:
-            check_row_locality(model, value_vars, point or model.initial_point(), n)
+            check_row_locality(model, value_vars, point or model.initial_point(), n_rows, rule_n=n)
         except RowCouplingError as exc:
             raise ModelNotPrivateError(str(exc)) from None
-    return n
+    return n_rows

@@ -90,7 +90,7 @@ from pytensor.gradient import hessian
 
 from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.likelihood import PenaltyLikelihood
-from pymc_penalty.model_checks import validate_model
+from pymc_penalty.model_checks import check_min_rows, validate_model
 from pymc_penalty.sensitivity import Neighbours
 from pymc_penalty.validation import (
     NEIGHBOUR_NAMES,
@@ -249,6 +249,7 @@ def private_warm_start(
     neighbours: str = "substitute",
     noise_rng: np.random.Generator | None = None,
     compile_kwargs: dict[str, Any] | None = None,
+    min_rows: int | None = None,
 ) -> WarmStart:
     """Estimate the posterior mode and covariance privately, spending ``mu`` from ``ledger``.
 
@@ -279,6 +280,9 @@ def private_warm_start(
         one only for reproducible, non-private runs).
     compile_kwargs : dict, optional
         Passed to PyTensor's compile.
+    min_rows : int, optional
+        Under add/remove-one, the public lower bound on the rows the model gate's shape rules
+        use instead of the private count (:func:`pymc_penalty.model_checks.rule_rows`).
 
     Returns
     -------
@@ -303,7 +307,9 @@ def private_warm_start(
 
     point = model.initial_point()
     value_vars = list(model.value_vars)
-    n = validate_model(model, value_vars, add_remove=relation is Neighbours.ADD_REMOVE)
+    min_rows = check_min_rows(min_rows)
+    adds = relation is Neighbours.ADD_REMOVE
+    n = validate_model(model, value_vars, add_remove=adds, min_rows=min_rows)
     lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
     prior = _Prior(model, value_vars, point)
     x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)

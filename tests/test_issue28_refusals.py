@@ -202,3 +202,145 @@ def test_pp_sample_reports_a_mostly_bad_column_through_the_charged_count():
                 progressbar=False,
             )  # fmt: skip
     assert not [w for w in caught if issubclass(w.category, UnevaluableRowsWarning)]
+
+
+# --- item 2: under add/remove-one, no decision depends on n ---------------------------------
+
+Y = np.random.default_rng(0).normal(size=100)
+
+
+def _simple(y: np.ndarray) -> None:
+    pm.Normal("y", pm.Normal("m"), 1.0, observed=y)
+
+
+def _coupled(y: np.ndarray) -> None:
+    """Each row's term reads the mean of every row: refused by the probes from two rows on
+    (the old code skipped them below two rows, so n = 1 and n = 2 differed)."""
+    yd = pm.Data("yd", y)
+    pm.Normal("y", pm.Normal("m") + yd.mean(), 1.0, observed=yd)
+
+
+def _params(k: int):
+    def build(y: np.ndarray) -> None:
+        b = pm.Normal("b", shape=k)
+        pm.Normal("y", b.sum(), 1.0, observed=y)
+
+    return build
+
+
+def _prior_mean_6(y: np.ndarray) -> None:
+    """A public prior-mean vector of length 6: the old record rule (an axis of at least
+    n / 2 is data) refused it at n = 11, 12 and accepted it at n = 13, 14."""
+    b = pm.Normal("b", mu=np.arange(6.0), shape=6)
+    pm.Normal("y", b.sum(), 1.0, observed=y)
+
+
+def _add_remove_outcome(build, n: int, **kwargs) -> tuple:
+    """The full outcome of building the step on n rows under add/remove-one: refused with
+    its error type and message, or built with what the step publishes about itself."""
+    y = np.resize(Y, n)
+    with pm.Model():
+        build(y)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step = pp.PenaltyMetropolis(mu=1.0, neighbours="add_remove", **kwargs)
+        except Exception as exc:  # noqa: BLE001 (the outcome is what we compare)
+            return ("refused", type(exc).__name__, str(exc))
+    return ("built", step.min_rows, step.mu, step.clip, len(step.vars))
+
+
+@pytest.mark.parametrize(
+    ("build", "min_rows", "ns", "expected"),
+    [
+        # the near-n rule: 42 parameters (old: n = 40 accepted, n = 41 refused)
+        (_params(42), 10, (40, 41), "refused"),
+        (_params(42), 50, (50, 51), "built"),
+        # its boundary: lengths of min_rows - 1 and more could be n
+        (_params(9), 10, (10, 11), "refused"),
+        (_params(8), 10, (10, 11), "built"),
+        # the record rule (old: n = 12 refused, n = 13 accepted)
+        (_prior_mean_6, 12, (12, 13), "refused"),
+        (_prior_mean_6, 13, (13, 14), "built"),
+        # tiny n: below the public bound every table gets one refusal (old: three outcomes)
+        (_simple, 3, (0, 1, 2), "refused"),
+        (_coupled, 3, (0, 1, 2), "refused"),
+        (_coupled, 3, (3, 4), "refused"),
+        (_simple, 3, (3, 4), "built"),
+        (_simple, 3, (40, 41), "built"),
+    ],
+    ids=[
+        "near-n-42",
+        "near-n-42-below-bound",
+        "near-n-boundary-9",
+        "near-n-boundary-8",
+        "record-rule-6-at-12",
+        "record-rule-6-at-13",
+        "tiny-n-simple",
+        "tiny-n-coupled",
+        "coupled-3-4",
+        "simple-3-4",
+        "simple-40-41",
+    ],
+)
+def test_under_add_remove_with_min_rows_the_outcome_is_the_same_for_n_and_n_plus_one(
+    build, min_rows, ns, expected
+):
+    outcomes = [_add_remove_outcome(build, n, min_rows=min_rows) for n in ns]
+    assert outcomes[0][0] == expected
+    if expected == "refused":
+        assert outcomes[0][1] == "ModelNotPrivateError", outcomes[0]
+    assert all(o == outcomes[0] for o in outcomes), outcomes
+    for o in outcomes:  # no message prints n
+        assert not any(str(n) in str(o[2:]) for n in ns if n >= 10), o
+
+
+def test_the_red_team_outcomes_differed_without_the_bound():
+    """The control: the same models without ``min_rows`` still compare lengths with n, as
+    the red team found (documented: pass ``min_rows`` under add/remove-one)."""
+    assert _add_remove_outcome(_params(42), 40)[0] == "built"
+    assert _add_remove_outcome(_params(42), 41)[0] == "refused"
+
+
+def test_min_rows_is_checked_before_anything():
+    with pytest.raises(pp.InvalidArgumentError, match="`min_rows`"):
+        _add_remove_outcome_raising(_simple, 20, min_rows=1)
+    with pytest.raises(pp.InvalidArgumentError, match="`min_rows`"):
+        _add_remove_outcome_raising(_simple, 20, min_rows=2.5)
+
+
+def _add_remove_outcome_raising(build, n: int, **kwargs) -> None:
+    with pm.Model():
+        build(np.resize(Y, n))
+        pp.PenaltyMetropolis(mu=1.0, neighbours="add_remove", **kwargs)
+
+
+def _published(n: int, min_rows: int) -> tuple:
+    """What pp.sample publishes for n rows under add/remove-one: variable names, dims,
+    report keys, and dp_min_rows."""
+    y = np.resize(Y, n)
+    with pm.Model(coords={"k": range(3)}):
+        yd = pm.Data("yd", y)
+        b = pm.Normal("b", 0.0, 1.0, dims="k")
+        pm.Deterministic("fitted", b.sum() + 0.0 * yd)  # reads data: never published
+        pm.Deterministic("b2", 2 * b, dims="k")  # public: published at every n
+        pm.Normal("y", b.sum(), 1.0, observed=yd)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pp.sample(
+                epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, warm_start=0,
+                neighbours="add_remove", min_rows=min_rows, progressbar=False, random_seed=1,
+            )  # fmt: skip
+    groups = {
+        g: (sorted(getattr(idata, g).data_vars), dict(getattr(idata, g).sizes))
+        for g in idata.groups()
+    }
+    return groups, sorted(idata.attrs), idata.attrs["dp_min_rows"]
+
+
+@pytest.mark.slow
+def test_pp_sample_publishes_the_same_for_n_and_n_plus_one_with_min_rows():
+    first, second = _published(40, 10), _published(41, 10)
+    assert first == second
+    assert "fitted" not in first[0]["posterior"][0] and "b2" in first[0]["posterior"][0]
+    assert first[2] == 10
