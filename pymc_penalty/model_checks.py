@@ -44,6 +44,7 @@ __all__ = [
     "depends_on_data",
     "check_min_rows",
     "n_datapoints",
+    "reads_array_constant",
     "rule_rows",
     "validate_model",
 ]
@@ -195,11 +196,37 @@ def depends_on_data(
     )
 
 
+def reads_array_constant(outputs: Sequence[Variable]) -> bool:
+    """Whether ``outputs`` read a constant array of two or more distinct values (not through
+    a shape only).
+
+    Whatever its length: a slice of a record array of any length is caught (issue 28: three
+    Deterministics ``a * 0 + y[100 * i : 100 * (i + 1)]``, each shorter than ``n / 2``,
+    published all 300 records). A scalar is not caught: a number computed from the table
+    cannot be told from a public one, which is why the trust boundary (docs/threat-model.md)
+    puts records that reach the graph outside the declared containers outside the guarantee.
+    """
+    for var in _ancestors(list(outputs), through_shapes=False):
+        if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
+            flat = np.asarray(var.data).reshape(-1)
+            if flat.size >= 2 and flat.dtype.kind in "biufc" and not bool(np.all(flat == flat[0])):
+                return True
+    return False
+
+
 def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list[str]:
-    """Names of Deterministics whose value depends on data (exact, so never to be released)."""
+    """Names of Deterministics that are never released: those whose value depends on data
+    (exact), and those that read a constant array (:func:`reads_array_constant`): a
+    Deterministic is published only if it reads free variables, scalars and filled arrays,
+    so no slicing of an array written into the graph can publish it. Compute quantities of
+    public arrays from the published posterior instead."""
     n = n_datapoints(model) if n is None else n
     sources = data_sources(model)
-    return [d.name for d in model.deterministics if depends_on_data([d], sources, n)]
+    return [
+        d.name
+        for d in model.deterministics
+        if depends_on_data([d], sources, n) or reads_array_constant([d])
+    ]
 
 
 def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]:
@@ -359,7 +386,9 @@ def _refuse_published_axes_near_n(
     near = [
         d.name
         for d in model.deterministics
-        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n, bounded)
+        if not depends_on_data([d], sources, n)
+        and not reads_array_constant([d])  # never published: its shape tells nothing
+        and _near_n(_shape_of(d), n, bounded)
     ]
     if near:
         raise ModelNotPrivateError(

@@ -372,8 +372,9 @@ def warn_data_deterministics(leaky: list[str]) -> None:
     Deterministics (``stacklevel`` points at the step's constructor's caller)."""
     if leaky:
         warnings.warn(
-            f"Deterministics {leaky} depend on data; pm.sample stores their exact values "
-            "in the trace. Remove them, or strip them before publishing the result.",
+            f"Deterministics {leaky} depend on data (or read a constant array, which could "
+            "hold records); pm.sample stores their exact values in the trace. Remove them, "
+            "or strip them before publishing the result.",
             NotPrivateWarning,
             stacklevel=3,
         )

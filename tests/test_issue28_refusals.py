@@ -344,3 +344,51 @@ def test_pp_sample_publishes_the_same_for_n_and_n_plus_one_with_min_rows():
     assert first == second
     assert "fitted" not in first[0]["posterior"][0] and "b2" in first[0]["posterior"][0]
     assert first[2] == 10
+
+
+# --- item 4: chunked data constants ----------------------------------------------------------
+
+
+def _three_chunks(container: bool) -> tuple:
+    """The red team's attack: three Deterministics, each a chunk of 100 of the 300 records
+    (shorter than n / 2, so the old record rule did not see them), through pp.sample."""
+    y = np.random.default_rng(5).normal(size=300)
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 1.0)
+        column = pm.Data("yd", y) if container else y
+        for i in range(3):
+            pm.Deterministic(f"leak{i}", a * 0.0 + column[100 * i : 100 * (i + 1)])
+        pm.Deterministic("twice", 2.0 * a)  # the control: public, must be published
+        pm.Normal("y", a, 1.0, observed=y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pp.sample(
+                epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, warm_start=0,
+                progressbar=False, random_seed=2,
+            )  # fmt: skip
+    published = sorted(idata.posterior.data_vars)
+    values = np.concatenate([np.ravel(idata[g].to_array().values) for g in idata.groups()])
+    leaked = int(np.isin(np.round(y, 12), np.round(values.astype(float), 12)).sum())
+    return published, leaked
+
+
+@pytest.mark.parametrize("container", [False, True], ids=["numpy-slices", "pm-data-slices"])
+def test_three_chunks_of_the_column_are_not_published(container):
+    published, leaked = _three_chunks(container)
+    assert published == ["a", "twice"]
+    assert leaked == 0  # no record appears anywhere in the result
+
+
+def test_a_deterministic_reading_any_constant_array_is_not_published():
+    """The rule cannot be fooled by slicing: any length from 2 up (and a filled array or a
+    scalar is still published)."""
+    from pymc_penalty.model_checks import data_dependent_deterministics
+
+    y = np.random.default_rng(6).normal(size=300)
+    with pm.Model() as model:
+        a = pm.Normal("a")
+        pm.Deterministic("two", a + y[:2])
+        pm.Deterministic("filled", a + np.zeros(5))
+        pm.Deterministic("scaled", 3.0 * a)
+        pm.Normal("y", a, 1.0, observed=y)
+    assert data_dependent_deterministics(model) == ["two"]
