@@ -248,7 +248,7 @@ def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_di
 #: Step arguments ``pymc_penalty.sample`` sets itself (not accepted in its ``step_kwargs``).
 SET_BY_SAMPLE = frozenset(
     {"epsilon", "delta", "plan", "clip", "clip_mode", "neighbours", "clip_count_share"}
-    | {"ledger", "model", "vars", "noise_sd", "mu"}
+    | {"ledger", "model", "vars", "noise_sd", "mu", "min_rows"}
 )
 
 
