@@ -402,21 +402,22 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
-    screen = _screen_rows(
-        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
-    )
-    available = available_mu(ledger) ** 2  # what the screen left
     forecast_args = dict(
         clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
     )
-    # Before anything is spent: the chains get what the warm start leaves.
-    chains_mu = math.sqrt(available * (1.0 - warm_start))
+    # Before anything is spent: the chains get what the screen and the warm start leave.
+    chains_mu = math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start))
     plan = _with_chains(
         plan, chains, warm_start, calibrate(chains_mu, plan, warn_below=0.0), **forecast_args
     )
     forecast = _forecast_before_spending(
         calibrate(chains_mu, plan, warn_below=0.0), plan=plan, **forecast_args
     )
+    # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
+    screen = _screen_rows(
+        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
+    )
+    available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
