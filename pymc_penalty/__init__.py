@@ -27,6 +27,7 @@ from pymc_penalty.errors import (
     PrivacyAccountingError,
     PrivateSamplingError,
     SamplingInterrupted,
+    UnevaluableRowsWarning,
     UnpublishedResultWarning,
     UtilityWarning,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "StudentTContamination",
     "TruncatedStudentT",
     "UnpublishedResultWarning",
+    "UnevaluableRowsWarning",
     "UtilityForecast",
     "UtilityWarning",
     "ConvergenceWarning",

@@ -20,17 +20,23 @@ import pymc as pm
 from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import (
+    InvalidArgumentError,
     PrivateSamplingError,
     SamplingInterrupted,
+    UnevaluableRowsWarning,
     UnpublishedResultWarning,
     UtilityWarning,
     WarmStartRefused,
 )
 from pymc_penalty.model.checks import (
     check_initvals,
+    check_min_rows,
     data_dependent_deterministics,
     n_datapoints,
+    rule_rows,
+    validate_model,
 )
+from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
 from pymc_penalty.planning.forecast import forecast_run, likelihood_family
 from pymc_penalty.planning.plan import (
     chain_starts,
@@ -84,6 +90,43 @@ def _data_free_reason(exc: BaseException) -> str:
 def _warm_start_clip(warm_start_clip: float | None) -> float | str:
     """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
     return "auto" if warm_start_clip is None else float(warm_start_clip)
+
+
+def _screen_rows(
+    model: pm.Model,
+    available: float,
+    ledger: PrivacyLedger,
+    gate: tuple[bool, int | None],
+    step_kwargs: dict[str, Any] | None,
+    pm_sample_kwargs: dict[str, Any],
+) -> RowScreen:
+    """After the model gate (a model it refuses must spend nothing), spend
+    :data:`~pymc_penalty.model.screen.SCREEN_SHARE` of ``available`` (mu^2) on the noisy count
+    of rows each observed variable cannot evaluate; warn, naming the variable, where it is far
+    above zero. Such rows are clipped, never refused (issue 28)."""
+    add_remove, min_rows = gate
+    validate_model(model, list(model.value_vars), add_remove=add_remove, min_rows=min_rows)
+    noise_rng = None
+    if (step_kwargs or {}).get("reproducible_noise"):
+        noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
+    try:
+        screen = screen_rows(
+            model, mu=math.sqrt(available * SCREEN_SHARE), ledger=ledger, noise_rng=noise_rng
+        )
+    finally:
+        ledger.release_unused()  # the rest of the reservation goes back to the run
+    flagged = flag_unevaluable(screen.counts, screen.noise_sd)
+    if flagged:
+        counts = ", ".join(f"{name!r}: {screen.counts[name]:.0f}" for name in flagged)
+        warnings.warn(
+            f"Observed variables {flagged} have many rows their likelihood cannot evaluate "
+            f"(NaN or infinite values, or values outside the support; released noisy counts "
+            f"{counts}, noise sd {screen.noise_sd:.0f}). Such rows add nothing and count as "
+            "clipped. Check the data's coding and missing values before spending more.",
+            UnevaluableRowsWarning,
+            stacklevel=3,
+        )
+    return screen
 
 
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -179,6 +222,7 @@ def sample(
     tune: int | str = "auto",
     chains: int | str = "auto",
     neighbours: str = "substitute",
+    min_rows: int | None = None,
     clip: float | str = "auto",
     clip_mode: str = "metric",
     clip_count_share: float = 0.05,
@@ -222,6 +266,12 @@ def sample(
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
         posterior with its metric, and only the scaling and the clip are tuned).
     neighbours : {"substitute", "add_remove"}
+    min_rows : int, optional
+        Under add/remove-one, a public lower bound (``>= 2``) on the number of rows, fixed
+        without looking at the table: the model gate's shape rules compare lengths with it
+        instead of the private count, so no refusal depends on ``n`` (a table with fewer
+        rows is refused before anything is spent). Without it a refusal can tell ``n``.
+        Recorded as ``dp_min_rows``.
     clip : float or "auto", default "auto"
         Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
         tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
@@ -288,6 +338,7 @@ def sample(
     # Every argument, before a ledger is opened or anything compiled (the data are checked
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
+    min_rows = check_min_rows(min_rows)
     model = pm.modelcontext(model)
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     tune = resolve_tune(tune, int(draws), warm_start)
@@ -296,8 +347,10 @@ def sample(
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, owners, model=model)
     if owners is not None:  # several owners on a cluster: pymc_penalty.distributed
+        if min_rows is not None:
+            raise InvalidArgumentError("`min_rows` is not supported with `owners`; leave it out.")
         chains = resolve_chains(chains, 0.0, None)  # no warm start there
-        args = dict(locals(), **pm_sample_kwargs)
+        args = {k: v for k, v in dict(locals(), **pm_sample_kwargs).items() if k != "min_rows"}
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
@@ -327,7 +380,10 @@ def sample(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
             "warm-start estimate. Set warm_start=0 to choose the starting point."
         )
-    check_initvals(model, pm_sample_kwargs.get("initvals"))  # before anything is spent
+    add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+    # The count the gate's shape rules use: n, or under add/remove-one the public bound.
+    rule_n = rule_rows(n_datapoints(model), add_remove, min_rows)
+    check_initvals(model, pm_sample_kwargs.get("initvals"), rule_n)  # before anything is spent
     if ledger_path is None:
         ledger = PrivacyLedger(budget.mu)
     else:
@@ -336,14 +392,19 @@ def sample(
     forecast_args = dict(
         clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
     )
-    # Before anything is spent: the chains get what the warm start leaves.
-    chains_mu = math.sqrt(available * (1.0 - warm_start))
+    # Before anything is spent: the chains get what the screen and the warm start leave.
+    chains_mu = math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start))
     plan = _with_chains(
         plan, chains, warm_start, calibrate(chains_mu, plan, warn_below=0.0), **forecast_args
     )
     forecast = _forecast_before_spending(
         calibrate(chains_mu, plan, warn_below=0.0), plan=plan, **forecast_args
     )
+    # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
+    screen = _screen_rows(
+        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
+    )
+    available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
@@ -360,6 +421,7 @@ def sample(
                 neighbours=neighbours,
                 noise_rng=noise_rng,
                 compile_kwargs=step_kwargs.get("compile_kwargs"),
+                min_rows=min_rows,
             )
         except WarmStartRefused:
             ledger.release_unused()
@@ -416,17 +478,21 @@ def sample(
             neighbours=neighbours,
             clip_count_share=clip_count_share,
             ledger=ledger,
+            min_rows=min_rows,
             **step_kwargs,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any
         # error raised while computing them on the data) never exist outside the model.
-        leaky = set(data_dependent_deterministics(model))
+        leaky = set(data_dependent_deterministics(model, rule_n))
         stored = [*model.free_RVs, *model.deterministics]
         pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
     callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
+    warm_report.update(
+        dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
+    )
     warm_report.update(phase_report(step, plan))
     warm_report.update(forecast)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ScreenRefused",
+    "UnevaluableRowsWarning",
     "BudgetExhausted",
     "ConvergenceWarning",
     "DataChangedError",
@@ -43,8 +45,13 @@ class InvalidArgumentError(ValueError, TypeError):
 
 
 class InvalidDataError(ValueError):
-    """The data cannot be analysed: a NaN or infinite value, or a value outside the
-    likelihood's support. The message names the variable, never a value or a row."""
+    """No longer raised: kept so that ``except InvalidDataError`` in existing code still runs.
+
+    Data values never cause a refusal (a refusal spends nothing, so it would be a free answer
+    about the data; issue 28). Rows the likelihood cannot evaluate are clipped, and
+    :func:`pymc_penalty.sample` warns with :class:`~pymc_penalty.UnevaluableRowsWarning` when
+    their charged noisy count is far above zero.
+    """
 
 
 class ModelNotPrivateError(ValueError):
@@ -162,3 +169,13 @@ class DistributedSamplingError(OwnerError):
 
 class OwnerSideError(RuntimeError):
     """An owner refused or failed a request; the message holds no data values."""
+
+
+class UnevaluableRowsWarning(UserWarning):
+    """The released noisy count of rows an observed variable's likelihood cannot evaluate is
+    far above zero: a systematic data error (coding, missing values), told from a charged
+    release. Such rows are counted as clipped and add nothing to the chain's test."""
+
+
+class ScreenRefused(RuntimeError):
+    """The ledger refused the screen's release (nothing was computed)."""

@@ -13,6 +13,7 @@ import pymc_penalty as pp
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.errors import WarmStartRefused
 from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.model.screen import SCREEN_SHARE
 from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_start_schedule
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
@@ -220,11 +221,15 @@ def test_report_composes_the_warm_start_with_every_chain_release(model):
         released = np.asarray(group["dp_released"].values, bool)
         chain_mu2 += float(np.sum(np.asarray(group["dp_mu"].values)[released] ** 2))
     assert idata.attrs["dp_releases"] == 2 * (20 + 30)
-    warm_mu2 = share * budget_mu2
+    # The screen of unevaluable rows spends its share first (issue 28); the warm start takes
+    # its share of what is left.
+    screen_mu2 = SCREEN_SHARE * budget_mu2
+    assert math.isclose(idata.attrs["dp_screen_mu"] ** 2, screen_mu2, rel_tol=1e-9)
+    warm_mu2 = share * (budget_mu2 - screen_mu2)
     # Two releases a step (gradient, curvature), one more in the first (the pilot's scale).
     assert idata.attrs["dp_warm_start_releases"] == 2 * WARM_START_STEPS + 1
     assert math.isclose(idata.attrs["dp_warm_start_mu"] ** 2, warm_mu2, rel_tol=1e-9)
-    total = _gdp_epsilon_closed_form(math.sqrt(warm_mu2 + chain_mu2), delta)
+    total = _gdp_epsilon_closed_form(math.sqrt(screen_mu2 + warm_mu2 + chain_mu2), delta)
     assert math.isclose(idata.attrs["dp_epsilon"], total, rel_tol=1e-6, abs_tol=1e-9)
     assert idata.attrs["dp_epsilon"] <= eps * (1 + 1e-9)
     # The warm start is part of the total: without it the epsilon would be clearly lower.

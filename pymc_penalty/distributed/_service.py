@@ -142,8 +142,8 @@ class OwnerService:
                     f"Owner {name!r}: array {key!r} must have the placeholder's trailing "
                     f"shape {placeholder.shape[1:]} (columns); it differs."
                 )
-            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                raise OwnerSideError(f"Owner {name!r}: array {key!r} holds NaN or inf.")
+            # NaN or inf is not refused (issue 28: a refusal would tell the driver, for free,
+            # that a record is invalid): the row's ratio adds 0 and counts as clipped.
             lengths.add(value.shape[0] if value.ndim else 1)
         if len(lengths) != 1 or 0 in lengths:
             # Row counts are not printed: under add/remove-one neighbours they are private.

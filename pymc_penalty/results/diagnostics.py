@@ -142,6 +142,9 @@ class PhaseCosts:
         Whether the tuning steps' statistics are stored (``discard_tuned_samples=False``);
         otherwise their releases are counted from the report and priced at the chain's
         per-step ``mu`` (the calibration is fixed for the run).
+    screen_mu2 : float
+        The ``mu^2`` of ``pp.sample``'s noisy count of rows the likelihood cannot evaluate
+        (``dp_screen_mu``; 0 without one).
     """
 
     warm_start_mu2: float
@@ -151,11 +154,15 @@ class PhaseCosts:
     tuning_releases: np.ndarray
     sampling_releases: np.ndarray
     tuning_stored: bool
+    screen_mu2: float = 0.0
 
     @property
     def total_mu2(self) -> float:
-        """Everything the run spent: warm start, tuning and sampling of every chain."""
-        return float(self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum())
+        """Everything the run spent: the screen, the warm start, tuning and sampling of every
+        chain."""
+        return float(
+            self.screen_mu2 + self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum()
+        )
 
 
 def _released_mu(stats: xr.Dataset) -> np.ndarray:
@@ -209,6 +216,7 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         tuning_releases=np.asarray(tuning_releases, dtype=np.int64),
         sampling_releases=np.asarray(sampling_releases, dtype=np.int64),
         tuning_stored=bool(stored),
+        screen_mu2=float(report.get("dp_screen_mu", 0.0)) ** 2,
     )
 
 
@@ -224,7 +232,8 @@ class EpsilonCurve:
         Epsilon of each chain's releases alone (tuning included), up to and including that
         draw.
     total : ndarray, shape (k,)
-        Epsilon of everything the run spent up to that draw: the warm start (from the start),
+        Epsilon of everything the run spent up to that draw: the screen and the warm start
+        (from the start),
         and every chain's releases, tuning included. It ends at the report's ``dp_epsilon``.
     chains : ndarray
         Chain labels.
@@ -256,7 +265,8 @@ def epsilon_curve(
     """Compose the per-step ``dp_mu`` cumulatively per chain and over the whole run.
 
     Everything the report counts is in the curve, so its last point is the report's
-    ``dp_epsilon``: the warm start (``total`` starts at it), and the tuning steps, draw by
+    ``dp_epsilon``: the screen of unevaluable rows and the warm start (``total`` starts at
+    them), and the tuning steps, draw by
     draw when their statistics are stored (``discard_tuned_samples=False``), otherwise as one
     lump at draw -1 (their number from the report, their cost the chain's fixed per-step
     ``mu``).
@@ -289,7 +299,7 @@ def epsilon_curve(
         mu = np.concatenate([np.sqrt(costs.tuning_mu2)[:, None], mu], axis=1)
         draws = np.concatenate([[-1], draws])
     cum = compose_mu2(mu, axis=1, cumulative=True)
-    total = costs.warm_start_mu2 + np.sum(cum, axis=0)
+    total = costs.screen_mu2 + costs.warm_start_mu2 + np.sum(cum, axis=0)
     idx = np.unique(np.linspace(0, draws.size - 1, min(int(max_points), draws.size)).round())
     idx = idx.astype(int)
     return EpsilonCurve(

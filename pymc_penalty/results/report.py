@@ -97,6 +97,8 @@ def build_report(
         "pymc_penalty_version": __version__,
     }
     report.update(_party_epsilons(budget, component_mu2 or {}, private))
+    if getattr(step, "min_rows", None) is not None:
+        report["dp_min_rows"] = int(step.min_rows)  # the public bound the gate used
     return report
 
 
@@ -171,17 +173,20 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
     - the coordinate values of data dimensions (record ids), keeping the dimension;
     - under add/remove-one neighbours, where ``n`` itself is private: every variable with a
       data dimension or an axis of length ``n``, and PyMC's ``sampling_time`` attribute,
-      which grows with ``n``.
+      which grows with ``n``. With a public bound ``min_rows`` (``dp_min_rows``) every rule
+      compares lengths with the bound instead: an axis of at least ``min_rows - 1`` (the
+      gate refused data-independent ones), so what is removed does not depend on ``n``.
     """
     removed: list[str] = []
     for group in DATA_GROUPS:
         if group in idata.groups():
             delattr(idata, group)
             removed.append(group)
-    n = n_datapoints(model)
-    leaky = set(data_dependent_variables(model, n))
-    dims = set(data_dims(model, n))
     hide_n = report.get("dp_neighbours") == "add_remove"
+    bound = report.get("dp_min_rows") if hide_n else None
+    n = n_datapoints(model) if bound is None else int(bound)
+    leaky = set(data_dependent_variables(model, n))
+    dims = set(data_dims(model, n, bounded=bound is not None))
     for group in idata.groups():
         ds = getattr(idata, group)
         drop = [name for name in ds.data_vars if name in leaky]
@@ -191,7 +196,8 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
                 for name, var in ds.data_vars.items()
                 if name not in drop
                 and any(
-                    d in dims or (d not in ("chain", "draw") and size == n)
+                    d in dims
+                    or (d not in ("chain", "draw") and (size >= n - 1 if bound else size == n))
                     for d, size in var.sizes.items()
                 )
             ]

@@ -122,6 +122,7 @@ def _phase_rows(idata: az.InferenceData, delta: float) -> list[tuple[str, str]]:
     costs = phase_costs(idata)
     total = costs.total_mu2
     phases = [
+        ("screen", costs.screen_mu2, int(costs.screen_mu2 > 0)),  # unevaluable rows' count
         ("warm start", costs.warm_start_mu2, costs.warm_start_releases),
         ("tuning", float(costs.tuning_mu2.sum()), int(costs.tuning_releases.sum())),
         ("sampling", float(costs.sampling_mu2.sum()), int(costs.sampling_releases.sum())),

@@ -234,7 +234,7 @@ def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_di
 #: Step arguments ``pymc_penalty.sample`` sets itself (not accepted in its ``step_kwargs``).
 SET_BY_SAMPLE = frozenset(
     {"epsilon", "delta", "plan", "clip", "clip_mode", "neighbours", "clip_count_share"}
-    | {"ledger", "model", "vars", "noise_sd", "mu"}
+    | {"ledger", "model", "vars", "noise_sd", "mu", "min_rows"}
 )
 
 
@@ -358,8 +358,9 @@ def warn_data_deterministics(leaky: list[str]) -> None:
     Deterministics (``stacklevel`` points at the step's constructor's caller)."""
     if leaky:
         warnings.warn(
-            f"Deterministics {leaky} depend on data; pm.sample stores their exact values "
-            "in the trace. Remove them, or strip them before publishing the result.",
+            f"Deterministics {leaky} depend on data (or read a constant array, which could "
+            "hold records); pm.sample stores their exact values in the trace. Remove them, "
+            "or strip them before publishing the result.",
             NotPrivateWarning,
             stacklevel=3,
         )

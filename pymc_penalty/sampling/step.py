@@ -22,8 +22,9 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours, step_length
 from pymc_penalty.errors import NotPrivateWarning, UnpublishedResultWarning
 from pymc_penalty.model.checks import (
-    check_model_data,
+    check_min_rows,
     data_dependent_deterministics,
+    rule_rows,
     validate_model,
 )
 from pymc_penalty.model.likelihood import PenaltyLikelihood
@@ -179,6 +180,13 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         1; the clip still adapts toward one clipped row per release. Ignored under
         substitute-one. It must be public: a count computed from the data without noise
         would publish n through the clip (``dp_clip``).
+    min_rows : int, optional
+        Under add/remove-one neighbours, a public lower bound (``>= 2``) on the number of
+        datapoints, fixed without looking at the table. The model gate's shape rules (which
+        arrays could hold records, which published lengths could be ``n``) then compare
+        lengths with it instead of the private ``n``, so no refusal depends on ``n``; a
+        table with fewer rows is refused. Without it, under add/remove-one, a refusal can
+        tell ``n`` (issue 28). Ignored under substitute-one, where ``n`` is public.
     reproducible_noise : bool, default False
         Draw the privacy noise from the step's seeded generator (so ``random_seed``
         reproduces runs) instead of a fresh OS-entropy generator. Not private.
@@ -271,6 +279,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
         released_rows: float | None = None,
         clip_tail: float = 1.0,
+        min_rows: int | None = None,
     ) -> None:
         model = pm.modelcontext(model)
         check_blocked(blocked)
@@ -291,6 +300,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             released_rows=released_rows,
             clip_tail=clip_tail,
         )
+        min_rows = check_min_rows(min_rows)
         budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
         check_proposal_options(adapt, proposal, max_step, proposal_dist)
@@ -302,9 +312,10 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         else:
             vars = get_value_vars_from_user_vars(vars, model)
         adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
-        self._n = validate_model(model, vars, add_remove=adds)
-        check_model_data(model)  # NaN, inf, values outside the support
-        leaky = data_dependent_deterministics(model, self._n)
+        self._n = validate_model(model, vars, add_remove=adds, min_rows=min_rows)
+        #: The public lower bound on n the gate used (None: none, or substitute-one).
+        self.min_rows = min_rows if adds else None
+        leaky = data_dependent_deterministics(model, rule_rows(self._n, adds, min_rows))
         warn_data_deterministics(leaky)
 
         size = sum(initial_point[v.name].size for v in vars)

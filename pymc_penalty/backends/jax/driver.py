@@ -99,11 +99,11 @@ def check_jax_backend(
 
 
 def _check_converts(model: pm.Model) -> None:
-    from pymc_penalty.errors import InvalidDataError, ModelNotPrivateError
+    from pymc_penalty.errors import ModelNotPrivateError
 
     try:
         model_function(model, list(model.value_vars))
-    except (ModelNotPrivateError, InvalidArgumentError, InvalidDataError):
+    except (ModelNotPrivateError, InvalidArgumentError):
         raise  # the package's own refusals say what is wrong
     except Exception as exc:
         # The conversion's message may print graph constants (the data among them): withheld.
