@@ -34,6 +34,7 @@ from pymc_penalty.forecast import (
 )
 from pymc_penalty.interrupts import SamplingInterrupted, interrupted_message, stop_on_interrupt
 from pymc_penalty.ledger import PrivacyLedger
+from pymc_penalty.log_privacy import hidden_timing, progressbar_allowed
 from pymc_penalty.model_checks import (
     check_initvals,
     data_dependent_deterministics,
@@ -439,8 +440,12 @@ def sample(
     warm_report.update(phase_report(step, plan))
     warm_report.update(forecast)
 
+    if not progressbar_allowed(neighbours):
+        # Its draws per second and times measure n, private under add/remove-one.
+        pm_sample_kwargs["progressbar"] = False
     try:
-        with model, stop_on_interrupt() as interrupt:
+        # PyMC's "... took N seconds." line measures n too: logged without the duration.
+        with model, stop_on_interrupt() as interrupt, hidden_timing():
             if backend == "jax":  # tuning as below, then the draws on the device
                 idata = sample_on_device(
                     step,
