@@ -11,6 +11,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from pymc_penalty.accounting import composed_epsilon
+from pymc_penalty.precision import ACCEPT_GRID
 
 #: Most candidate thresholds tried per output on the selection half.
 _MAX_THRESHOLDS = 2000
@@ -163,7 +164,11 @@ def gaussian_mu_estimate(
 
 
 def gaussian_mu_fit(
-    samples: Any, samples_prime: Any, *, censor_above: float | None = None
+    samples: Any,
+    samples_prime: Any,
+    *,
+    censor_above: float | None = None,
+    censor_below: float | None = None,
 ) -> tuple[float, float]:
     """:func:`gaussian_mu_estimate` and its standard error, from the fit's own information.
 
@@ -172,6 +177,9 @@ def gaussian_mu_fit(
     the inverse of the observed information (the numerical Hessian of the negative log
     likelihood at the fit, in ``(m, m', log s)``).
 
+    ``censor_below`` (with ``censor_above``) also treats values below it (``-inf`` included)
+    as left-censored there: ``log(accept)`` of an ``accept`` published as 0 on its grid.
+
     Returns
     -------
     (float, float)
@@ -179,7 +187,10 @@ def gaussian_mu_fit(
     """
     a = np.asarray(samples, dtype=np.float64).ravel()
     b = np.asarray(samples_prime, dtype=np.float64).ravel()
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    lo = -math.inf if censor_below is None else float(censor_below)
+    # Below censor_below (-inf included: log of an accept published as 0) is censored there.
+    low_a, low_b = int(np.sum(a < lo)), int(np.sum(b < lo))
+    a, b = a[np.isfinite(a) & (a >= lo)], b[np.isfinite(b) & (b >= lo)]
     nan = (math.nan, math.nan)
     if a.size < 3 or b.size < 3:
         return nan
@@ -200,10 +211,12 @@ def gaussian_mu_fit(
         m_a, m_b, log_s = p
         s = math.exp(log_s)
         out = 0.0
-        for obs, cens, m in ((obs_a, cens_a, m_a), (obs_b, cens_b, m_b)):
+        for obs, cens, low, m in ((obs_a, cens_a, low_a, m_a), (obs_b, cens_b, low_b, m_b)):
             out -= float(np.sum(stats.norm.logpdf(obs, m, s)))
             if cens:
                 out -= cens * float(stats.norm.logsf(c, m, s))
+            if low:
+                out -= low * float(stats.norm.logcdf(lo, m, s))
         return out
 
     pooled = np.concatenate([obs_a - obs_a.mean(), obs_b - obs_b.mean()])
@@ -248,8 +261,12 @@ def _gaussian_estimate(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[float, 
     if kind == "identity":
         return gaussian_mu_fit(a, b)
     if kind == "log-censored":
+        # An accept published as 0 on its grid (pymc_penalty.precision) was below one grid
+        # step: left-censored there, not dropped.
         with np.errstate(divide="ignore"):
-            return gaussian_mu_fit(np.log(a), np.log(b), censor_above=0.0)
+            return gaussian_mu_fit(
+                np.log(a), np.log(b), censor_above=0.0, censor_below=math.log(ACCEPT_GRID)
+            )
     raise ValueError(f"Unknown Gaussian fit {kind!r}; use 'identity' or 'log-censored'.")
 
 

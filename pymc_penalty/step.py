@@ -33,6 +33,7 @@ from pymc_penalty.likelihood import PenaltyLikelihood
 from pymc_penalty.mechanism import release_noise
 from pymc_penalty.model_checks import data_dependent_deterministics, validate_model
 from pymc_penalty.noise import PrivateNoiseMixin
+from pymc_penalty.precision import snap_count
 from pymc_penalty.sensitivity import ClipMode, Neighbours, step_length
 from pymc_penalty.step_setup import (
     CLIP_STAT,
@@ -427,7 +428,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         if not self.private:
             clipped_count = float(n_clipped)
         elif math.isfinite(count_sd):
-            clipped_count = n_clipped + count_sd * noise.standard_normal()
+            clipped_count = snap_count(n_clipped + count_sd * noise.standard_normal())
         else:
             clipped_count = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function

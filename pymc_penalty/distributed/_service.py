@@ -45,6 +45,7 @@ import pymc as pm
 
 from pymc_penalty.ledger import PrivacyLedger
 from pymc_penalty.likelihood import PenaltyLikelihood
+from pymc_penalty.precision import snap_count
 
 __all__ = ["OwnerService", "OwnerSideError", "load_rows"]
 
@@ -263,7 +264,9 @@ class OwnerService:
             self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
             sums[c] = clipped_sum + sigmas[c] * noise.standard_normal()
             z = noise.standard_normal()
-            counts[c] = n_clipped + count_sd * z if math.isfinite(count_sd) else math.nan
+            # The count on its published grid (pymc_penalty.precision); the sums are not
+            # published by the driver (only the accept decision's grid value is).
+            counts[c] = snap_count(n_clipped + count_sd * z) if math.isfinite(count_sd) else np.nan
         return {"released": True, "sums": sums, "counts": counts}
 
     # --- internals ---------------------------------------------------------------------
