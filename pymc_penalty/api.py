@@ -56,6 +56,7 @@ from pymc_penalty.privacy.budget import (
 )
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.output import hidden_timing, progressbar_allowed
 from pymc_penalty.results.publish import finalize, finalize_result, step_report
 from pymc_penalty.sampling.adaptation import RW_SCALE
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
@@ -496,8 +497,12 @@ def sample(
     warm_report.update(phase_report(step, plan))
     warm_report.update(forecast)
 
+    if not progressbar_allowed(neighbours):
+        # Its draws per second and times measure n, private under add/remove-one.
+        pm_sample_kwargs["progressbar"] = False
     try:
-        with model, stop_on_interrupt() as interrupt:
+        # PyMC's "... took N seconds." line measures n too: logged without the duration.
+        with model, stop_on_interrupt() as interrupt, hidden_timing():
             if backend == "jax":  # tuning as below, then the draws on the device
                 idata = sample_on_device(
                     step,

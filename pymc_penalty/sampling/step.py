@@ -31,6 +31,7 @@ from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.privacy.precision import snap_count
 from pymc_penalty.sampling.adaptation.state import (
     ClippedPenaltyState,
     PenaltyMetropolisState,
@@ -442,7 +443,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         if not self.private:
             clipped_count = float(n_clipped)
         elif math.isfinite(count_sd):
-            clipped_count = n_clipped + count_sd * noise.standard_normal()
+            clipped_count = snap_count(n_clipped + count_sd * noise.standard_normal())
         else:
             clipped_count = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
