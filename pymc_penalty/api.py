@@ -17,7 +17,6 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import (
     InvalidArgumentError,
@@ -25,7 +24,6 @@ from pymc_penalty.errors import (
     SamplingInterrupted,
     UnevaluableRowsWarning,
     UnpublishedResultWarning,
-    UtilityWarning,
     WarmStartRefused,
 )
 from pymc_penalty.model.checks import (
@@ -37,7 +35,6 @@ from pymc_penalty.model.checks import (
     validate_model,
 )
 from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
-from pymc_penalty.planning.forecast import forecast_run, likelihood_family
 from pymc_penalty.planning.plan import (
     chain_starts,
     clip_tail,
@@ -47,12 +44,11 @@ from pymc_penalty.planning.plan import (
     resolve_tune,
     resolve_warm_start,
 )
+from pymc_penalty.planning.resolve import resolve_plan
 from pymc_penalty.privacy.budget import (
     NEGLIGIBLE_SHARE,
     PrivacyBudget,
-    RunPlan,
     available_mu,
-    calibrate,
 )
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.privacy.ledger import PrivacyLedger
@@ -136,83 +132,6 @@ def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
         "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
         "dp_warm_start_releases": warm.releases if warm is not None else 0,
     }
-
-
-def _forecast(
-    step_mu: float,
-    *,
-    clip_count_share: float,
-    neighbours: Any,
-    budget: PrivacyBudget,
-    plan: RunPlan,
-    model: pm.Model,
-    released_rows: float | None = None,
-) -> Any:
-    """The run's forecast (:func:`pymc_penalty.planning.forecast.forecast_run`) from public
-    quantities,
-    or None where there is none (see :func:`_forecast_before_spending`); it warns nothing."""
-    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
-    if adds and released_rows is None:
-        return None
-    try:
-        d = int(sum(np.size(v) for v in model.initial_point().values()))
-        # Substitute-one: n is public. Add/remove-one: only the released count is read.
-        n = float(released_rows) if adds else n_datapoints(model)
-    except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
-        return None
-    kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
-    return forecast_run(
-        math.sqrt(kept_mu2),
-        budget_mu=budget.mu,
-        delta=budget.delta,
-        n=n,
-        d=d,
-        steps=plan.draws * plan.chains,
-        neighbours="add_remove" if adds else "substitute",
-        likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
-    )
-
-
-def _with_chains(
-    plan: RunPlan, chains: int | str, warm_start: float, step_mu: float, **forecast_args: Any
-) -> RunPlan:
-    """``plan`` with ``chains="auto"`` resolved (:func:`~pymc_penalty.planning.plan.resolve_chains`)
-    from the forecast of ``plan`` (4 chains); a number of chains is kept."""
-    if not (isinstance(chains, str) and chains == "auto"):
-        return plan
-    forecast = _forecast(step_mu, plan=plan, **forecast_args)
-    ess = None if forecast is None else float(forecast.ess)
-    return RunPlan(plan.draws, plan.tune, resolve_chains("auto", warm_start, ess))
-
-
-def _forecast_before_spending(step_mu: float, **forecast_args: Any) -> dict[str, Any]:
-    """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
-    when it is poor or hopeless, before the chains spend.
-
-    ``step_mu`` is the chains' per-step ``mu`` as the step will calibrate it (what the ledger
-    has left after the warm start's share, over the plan's releases). Under substitute-one
-    neighbours n is public and this runs before anything is spent (the warm start included).
-    Under add/remove-one n is private: the forecast uses ``released_rows``, the warm start's
-    released noisy count (post-processing), so it runs after the warm start's share and before
-    the chains spend, and says so; without a released count there is none (it would publish
-    n). A model whose datapoints cannot be counted gets none either (the step's gate then
-    raises its error). ``forecast_args`` are :func:`_forecast`'s."""
-    forecast = _forecast(step_mu, **forecast_args)
-    if forecast is None:
-        return {}
-    adds = Neighbours.parse(forecast_args["neighbours"]) is not Neighbours.SUBSTITUTE
-    if forecast.verdict in ("poor", "hopeless"):
-        note = (
-            "\n(Forecast after the warm start's share was spent, from its released noisy "
-            "count of the rows: under add/remove-one neighbours n is private.)"
-            if adds
-            else ""
-        )
-        warnings.warn(f"{forecast}{note}", UtilityWarning, stacklevel=3)
-    out: dict[str, Any] = {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
-    if adds:
-        out["dp_forecast_rows"] = float(forecast_args["released_rows"])  # not n
-    return out
 
 
 def sample(
@@ -374,8 +293,6 @@ def sample(
                 "for the low-level path."
             )
     budget = PrivacyBudget(float(epsilon), float(delta))
-    # chains="auto" starts as 4 and is resolved from the forecast of that plan (below).
-    plan = RunPlan(int(draws), int(tune), resolve_chains(chains, 0.0, None))
     if warm_start > 0 and "initvals" in pm_sample_kwargs:
         raise ValueError(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
@@ -390,16 +307,19 @@ def sample(
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
-    forecast_args = dict(
-        clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
+    plan_args = dict(
+        draws=int(draws),
+        tune=int(tune),
+        chains=chains,
+        warm_start=warm_start,
+        budget=budget,
+        model=model,
+        neighbours=neighbours,
+        clip_count_share=clip_count_share,
     )
     # Before anything is spent: the chains get what the screen and the warm start leave.
-    chains_mu = math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start))
-    plan = _with_chains(
-        plan, chains, warm_start, calibrate(chains_mu, plan, warn_below=0.0), **forecast_args
-    )
-    forecast = _forecast_before_spending(
-        calibrate(chains_mu, plan, warn_below=0.0), plan=plan, **forecast_args
+    resolved = resolve_plan(
+        chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start)), **plan_args
     )
     # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
     screen = _screen_rows(
@@ -430,23 +350,11 @@ def sample(
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
-            left = available_mu(ledger)
-            plan = _with_chains(
-                plan,
-                chains,
-                warm_start,
-                calibrate(left, plan, warn_below=0.0),
-                released_rows=warm.n_rows,
-                **forecast_args,
-            )
-            forecast = _forecast_before_spending(
-                calibrate(left, plan, warn_below=0.0),
-                plan=plan,
-                released_rows=warm.n_rows,
-                **forecast_args,
+            resolved = resolve_plan(
+                chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
             )
         pm_sample_kwargs["initvals"] = chain_starts(
-            warm, plan.chains, pm_sample_kwargs.get("random_seed")
+            warm, resolved.run.chains, pm_sample_kwargs.get("random_seed")
         )
         if "S" not in step_kwargs:
             # Keep the warm start's metric: only the scaling adapts. The chain's own
@@ -473,7 +381,7 @@ def sample(
         step = PenaltyMetropolis(
             epsilon=budget.epsilon,
             delta=budget.delta,
-            plan=plan,
+            plan=resolved.run,
             clip=clip,
             clip_mode=clip_mode,
             neighbours=neighbours,
@@ -488,14 +396,14 @@ def sample(
         leaky = set(data_dependent_deterministics(model, rule_n))
         stored = [*model.free_RVs, *model.deterministics]
         pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
-    callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
+    callback = PrivacyCallback(budget, ledger, log_every=max(resolved.run.releases // 10, 1))
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
     warm_report.update(
         dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
     )
-    warm_report.update(phase_report(step, plan))
-    warm_report.update(forecast)
+    warm_report.update(phase_report(step, resolved.run))
+    warm_report.update(resolved.report)
 
     if not progressbar_allowed(neighbours):
         # Its draws per second and times measure n, private under add/remove-one.
@@ -506,18 +414,18 @@ def sample(
             if backend == "jax":  # tuning as below, then the draws on the device
                 idata = sample_on_device(
                     step,
-                    draws=plan.draws,
-                    tune=plan.tune,
-                    chains=plan.chains,
+                    draws=resolved.run.draws,
+                    tune=resolved.run.tune,
+                    chains=resolved.run.chains,
                     callback=callback,
                     model=model,
                     **pm_sample_kwargs,
                 )
             else:
                 idata = pm.sample(
-                    draws=plan.draws,
-                    tune=plan.tune,
-                    chains=plan.chains,
+                    draws=resolved.run.draws,
+                    tune=resolved.run.tune,
+                    chains=resolved.run.chains,
                     step=step,
                     callback=callback,
                     **pm_sample_kwargs,
