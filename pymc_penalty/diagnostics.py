@@ -31,9 +31,12 @@ from pymc_penalty.report import DATA_GROUPS
 from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
+    "CONVERGENCE_RULES",
     "ESS_GOOD",
     "ESS_MIN",
+    "ESS_NOTE",
     "R_HAT_MAX",
+    "R_HAT_NOTE",
     "ConvergenceWarning",
     "EpsilonCurve",
     "PhaseCosts",
@@ -60,15 +63,31 @@ ESS_MIN = 100.0
 #: chains, ibid.); between ESS_MIN and this it is "doubtful".
 ESS_GOOD = 400.0
 
+#: The verdict's rules, in words: the one text the report, the ConvergenceWarning and the
+#: documentation (docs/convergence.md, checked by a test) quote.
+CONVERGENCE_RULES = {
+    "converged": f"largest R-hat <= {R_HAT_MAX:g} and smallest bulk ESS >= {ESS_GOOD:g}",
+    "doubtful": (
+        f"largest R-hat <= {R_HAT_MAX:g} and smallest bulk ESS from {ESS_MIN:g} to below "
+        f"{ESS_GOOD:g}"
+    ),
+    "not converged": f"largest R-hat > {R_HAT_MAX:g}, or smallest bulk ESS < {ESS_MIN:g}",
+}
+#: What the report and the ConvergenceWarning print beside the largest R-hat ...
+R_HAT_NOTE = f"converged: <= {R_HAT_MAX:g}"
+#: ... and beside the smallest bulk ESS.
+ESS_NOTE = f"converged: >= {ESS_GOOD:g}; not converged: < {ESS_MIN:g}"
+
 
 def convergence_verdict(idata: az.InferenceData) -> dict[str, Any]:
     """The convergence verdict of a released chain: post-processing, no data read.
 
     Returns ``dp_r_hat_max`` (largest R-hat over the posterior's scalar components, NaN with
     one chain), ``dp_ess_bulk_min`` (smallest bulk ESS) and ``dp_convergence``:
-    ``"not converged"`` when R-hat > 1.01 or bulk ESS < 100, ``"doubtful"`` when bulk ESS is
-    below 400, ``"converged"`` otherwise, and ``"unknown"`` without posterior draws. These
-    are flat ``attrs`` entries, so the InferenceData still writes to netCDF.
+    ``"not converged"``, ``"doubtful"`` or ``"converged"`` by :data:`CONVERGENCE_RULES`
+    (R-hat above :data:`R_HAT_MAX` or bulk ESS below :data:`ESS_MIN`: not converged; bulk ESS
+    below :data:`ESS_GOOD`: doubtful), and ``"unknown"`` without posterior draws. These are
+    flat ``attrs`` entries, so the InferenceData still writes to netCDF.
     """
     post = idata.posterior if "posterior" in idata.groups() else None
     if post is None or not post.data_vars or post.sizes.get("draw", 0) < 4:

@@ -16,7 +16,12 @@ import pymc as pm
 
 from pymc_penalty.budget import PrivacyBudget
 from pymc_penalty.callback import PrivacyCallback
-from pymc_penalty.diagnostics import ESS_MIN, R_HAT_MAX, ConvergenceWarning, convergence_verdict
+from pymc_penalty.diagnostics import (
+    ESS_NOTE,
+    R_HAT_NOTE,
+    ConvergenceWarning,
+    convergence_verdict,
+)
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import PenaltyMetropolis
 
@@ -139,8 +144,8 @@ def verdict_after_sampling(idata: az.InferenceData) -> None:
     if verdict["dp_convergence"] == "not converged":
         warnings.warn(
             f"The private chains have not converged: largest R-hat "
-            f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "
-            f"{verdict['dp_ess_bulk_min']:.3g} (want >= {ESS_MIN:g}). Do not report these "
+            f"{verdict['dp_r_hat_max']:.3g} ({R_HAT_NOTE}), smallest bulk ESS "
+            f"{verdict['dp_ess_bulk_min']:.3g} ({ESS_NOTE}). Do not report these "
             "draws as the posterior: the budget was too small for this model and n (see the "
             "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
             "docs/choosing-parameters.md.",
@@ -176,6 +181,12 @@ def finalize(
     ``pm.sample``'s result itself. A budgeted step therefore warns when it is made
     (:class:`~pymc_penalty.UnpublishedResultWarning`), and only a finalized result carries
     ``dp_epsilon`` in its attrs, which :func:`pymc_penalty.diagnostics.summary` requires.
+
+    It attaches the convergence verdict and warns (:class:`~pymc_penalty.ConvergenceWarning`)
+    when the chains have not converged. PyMC's own R-hat/ESS warnings, with other
+    thresholds, are printed by ``pm.sample`` before this runs: pass
+    ``compute_convergence_checks=False`` to ``pm.sample`` for the package's verdict alone,
+    as :func:`pymc_penalty.sample` does.
 
     Parameters
     ----------

@@ -20,8 +20,8 @@ import numpy as np
 
 from pymc_penalty.accounting import composed_epsilon
 from pymc_penalty.diagnostics import (
-    ESS_GOOD,
-    R_HAT_MAX,
+    ESS_NOTE,
+    R_HAT_NOTE,
     convergence_verdict,
     phase_costs,
     privacy_report,
@@ -200,9 +200,9 @@ def report(idata: az.InferenceData, *, html: bool = False) -> ReportView | str:
         ("verdict", f"{conv['verdict']} ({conv['source']})"),
         (
             "largest R-hat",
-            f"{_fmt(conv.get('r_hat_max'), '.3g')} (converged: <= {R_HAT_MAX:g})",
+            f"{_fmt(conv.get('r_hat_max'), '.3g')} ({R_HAT_NOTE})",
         ),
-        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} (converged: >= {ESS_GOOD:g})"),
+        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} ({ESS_NOTE})"),
     ]
     error = 1.0 / math.sqrt(ess) if math.isfinite(ess) and ess > 0 else math.nan
     utility = [
