@@ -32,6 +32,7 @@ from pymc_penalty.recycling import recycled_mean, recycled_summary, recycled_ter
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.report_view import ReportView, report
 from pymc_penalty.step import NotPrivateWarning, PenaltyMetropolis, UnpublishedResultWarning
+from pymc_penalty.step_setup import PlanMismatchWarning
 from pymc_penalty.validation import InvalidArgumentError, InvalidDataError
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "SamplingInterrupted",
     "StudentTContamination",
     "TruncatedStudentT",
+    "PlanMismatchWarning",
     "UnpublishedResultWarning",
     "UtilityForecast",
     "UtilityWarning",

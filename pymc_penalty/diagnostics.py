@@ -165,6 +165,11 @@ class PhaseCosts:
         Whether the tuning steps' statistics are stored (``discard_tuned_samples=False``);
         otherwise their releases are counted from the report and priced at the chain's
         per-step ``mu`` (the calibration is fixed for the run).
+    removed_mu2 : float
+        Releases whose draws are not in the result (``dp_releases_removed``: draws past the
+        plan or the budget, cut so every chain has the same length, and chains that
+        released no draw), priced at the per-step ``mu``. They were spent all the same.
+    removed_releases : int
     """
 
     warm_start_mu2: float
@@ -174,11 +179,16 @@ class PhaseCosts:
     tuning_releases: np.ndarray
     sampling_releases: np.ndarray
     tuning_stored: bool
+    removed_mu2: float = 0.0
+    removed_releases: int = 0
 
     @property
     def total_mu2(self) -> float:
-        """Everything the run spent: warm start, tuning and sampling of every chain."""
-        return float(self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum())
+        """Everything the run spent: warm start, tuning and sampling of every chain, and the
+        releases whose draws were removed."""
+        return float(
+            self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum() + self.removed_mu2
+        )
 
 
 def _released_mu(stats: xr.Dataset) -> np.ndarray:
@@ -215,7 +225,8 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         tuning_mu2 = compose_mu2(warm_mu, axis=1)
         tuning_releases = np.count_nonzero(warm_mu, axis=1)
     else:
-        per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
+        # The kept chains' releases that are in the result (a removed chain published none).
+        per_chain = _published_per_chain(report)
         if per_chain.shape != sampling_releases.shape:
             per_chain = sampling_releases.copy()
         tuning_releases = np.maximum(per_chain - sampling_releases, 0)
@@ -224,6 +235,8 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
             GDPAccountant().spend(float(m), int(k)).mu_squared
             for m, k in zip(step_mu, tuning_releases, strict=True)
         ]
+    removed = int(report.get("dp_releases_removed", 0))
+    run_mu = float(mu.max()) if mu.size and mu.max() > 0 else 0.0
     return PhaseCosts(
         warm_start_mu2=float(report.get("dp_warm_start_mu", 0.0)) ** 2,
         warm_start_releases=int(report.get("dp_warm_start_releases", 0)),
@@ -232,7 +245,21 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         tuning_releases=np.asarray(tuning_releases, dtype=np.int64),
         sampling_releases=np.asarray(sampling_releases, dtype=np.int64),
         tuning_stored=bool(stored),
+        removed_mu2=GDPAccountant().spend(run_mu, removed).mu_squared if removed else 0.0,
+        removed_releases=removed,
     )
+
+
+def _published_per_chain(report: dict[str, Any]) -> np.ndarray:
+    """Releases per chain whose draws are in the result (tuning included), for the chains
+    kept in it: the report's ``dp_releases_per_chain`` less ``dp_releases_removed_per_chain``
+    (a kept chain published at least one released draw, a removed one none)."""
+    per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
+    removed = np.asarray(report.get("dp_releases_removed_per_chain", []), dtype=np.int64)
+    if removed.shape != per_chain.shape:
+        return per_chain
+    published = per_chain - removed
+    return published[published > 0]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.budget import PrivacyBudget
+from pymc_penalty.budget import PrivacyBudget, RunPlan
 from pymc_penalty.callback import PrivacyCallback
 from pymc_penalty.diagnostics import (
     ESS_NOTE,
@@ -24,6 +24,7 @@ from pymc_penalty.diagnostics import (
 )
 from pymc_penalty.report import attach_report, build_report
 from pymc_penalty.step import PenaltyMetropolis
+from pymc_penalty.step_setup import PlanMismatchWarning
 
 __all__ = ["finalize", "finalize_result", "step_report"]
 
@@ -133,8 +134,53 @@ def finalize_result(
     if model is None:
         model = getattr(step, "_model", None)
     idata = attach_report(idata, report, model=model, keep_data=keep_data)
+    warn_plan_mismatch(idata, getattr(step, "plan", None))
     verdict_after_sampling(idata)
     return idata
+
+
+def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
+    """Warn (:class:`~pymc_penalty.PlanMismatchWarning`) when the run was not the step's plan:
+    draws or chains removed from the result (released past the plan or the budget), or fewer
+    releases than the plan paid for. Reads the attached report only."""
+    a = idata.attrs
+    spent = f"epsilon {a['dp_epsilon']:.4g} of {a['dp_epsilon_budget']:.4g} spent"
+    planned = "" if plan is None else f" (the step's plan: {_plan_text(plan)})"
+    fix = (
+        "Give the step plan=pp.RunPlan(draws=..., tune=..., chains=...) with the values you "
+        "pass to pm.sample."
+    )
+    cut, gone = int(a.get("dp_trimmed_draws", 0)), str(a.get("dp_chains_removed", "none"))
+    if cut or gone != "none":
+        kept = idata.posterior.sizes.get("draw", 0) if "posterior" in idata.groups() else 0
+        parts = []
+        if cut:
+            parts.append(
+                f"every chain is cut to its first {kept} draws ({cut} stored draws removed "
+                "per chain)"
+            )
+        if gone != "none":
+            parts.append(f"chain(s) {gone} released no draw and are removed")
+        warnings.warn(
+            f"The run asked for more releases than it could make{planned}: each chain stops "
+            f"releasing at the plan's length or when the budget is spent, so "
+            f"{' and '.join(parts)}. The removed draws' {a.get('dp_releases_removed', 0)} "
+            f"releases count all the same: {spent}. {fix}",
+            PlanMismatchWarning,
+            stacklevel=3,
+        )
+    elif plan is not None and int(a.get("dp_releases", 0)) < plan.releases:
+        warnings.warn(
+            f"The run made {a['dp_releases']} releases of the {plan.releases} the step's plan "
+            f"({_plan_text(plan)}) pays for: {spent}, and each release's noise was sized for "
+            f"the longer run. {fix}",
+            PlanMismatchWarning,
+            stacklevel=3,
+        )
+
+
+def _plan_text(plan: RunPlan) -> str:
+    return f"draws={plan.draws}, tune={plan.tune}, chains={plan.chains}"
 
 
 def verdict_after_sampling(idata: az.InferenceData) -> None:

@@ -126,6 +126,8 @@ def _phase_rows(idata: az.InferenceData, delta: float) -> list[tuple[str, str]]:
         ("tuning", float(costs.tuning_mu2.sum()), int(costs.tuning_releases.sum())),
         ("sampling", float(costs.sampling_mu2.sum()), int(costs.sampling_releases.sum())),
     ]
+    if costs.removed_releases:  # spent, but their draws are not in the result
+        phases.append(("removed draws", costs.removed_mu2, costs.removed_releases))
     rows = []
     for name, mu2, releases in phases:
         share = 100.0 * mu2 / total if total > 0 else 0.0

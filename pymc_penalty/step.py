@@ -121,11 +121,15 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         exactly one of the budget, ``mu`` and ``noise_sd``.
     plan : RunPlan, optional
         The run the budget is spread over, with a budget only. Defaults to
-        ``RunPlan(draws=1000, tune=1000, chains=4)``: ``pm.sample``'s
-        default draws and tuning steps, and 4 chains. Pass the ``draws``, ``tune`` and
-        ``chains`` you give ``pm.sample``: a run longer than the plan is stopped by the ledger
-        (the draws it refused are removed by :func:`pymc_penalty.finalize`), a shorter one
-        leaves budget unspent.
+        :data:`~pymc_penalty.step_setup.DEFAULT_PLAN`, ``pm.sample``'s own defaults on this
+        machine: 1000 draws, 1000 tuning steps and ``max(2, min(4, CPU cores))`` chains.
+        Pass the ``draws``, ``tune`` and ``chains`` you give ``pm.sample``. Each chain makes at
+        most the plan's ``tune + draws`` releases: in a run with longer chains every chain
+        stops releasing at that length, and chains beyond the plan's are refused by the
+        ledger; :func:`pymc_penalty.finalize` then cuts every chain to the same length,
+        removes chains that released no draw, and warns
+        (:class:`~pymc_penalty.PlanMismatchWarning`). A shorter run leaves budget unspent,
+        and ``finalize`` warns too.
     noise_sd : float, optional
         Fixed noise standard deviation ``sigma``.
     mu : float, optional
@@ -336,6 +340,8 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             )
         self.mu = None if mu is None else float(mu)
         self.ledger = ledger
+        # A chain longer than the plan stops releasing at the plan's length (finalize says so).
+        self._chain_cap = None if plan is None else plan.tune + plan.draws
         self.private = self.clip is not None and not self.reproducible_noise
         warn_not_private(
             budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
@@ -449,7 +455,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         noise, release, count_sd = self._step_noise(length)
         stats = self._step_stats(x1)
         state = self._current(x0)
-        charge = None if self.ledger is None else self.ledger.try_spend
+        charge = None if self.ledger is None else self._charge
         new, info = transition(self.rng, state, x1, noise, release, charge=charge)
         stats.update(info_stats(info))
         if not info.released:

@@ -8,6 +8,7 @@ ledger), the step's warnings, and the declaration of its extra sample statistics
 from __future__ import annotations
 
 import inspect
+import os
 import warnings
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ __all__ = [
     "CLIP_STAT",
     "DEFAULT_ADAPT_WINDOW",
     "DEFAULT_PLAN",
+    "PlanMismatchWarning",
     "PROPOSAL_STAT",
     "Ledger",
     "NotPrivateWarning",
@@ -44,9 +46,32 @@ __all__ = [
 PROPOSAL_STAT = "proposal"
 
 
-#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults for draws and
-#: tuning steps, and 4 chains (``pm.sample`` runs ``max(2, min(4, CPU cores))`` by default).
-DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=4)
+def pymc_default_chains() -> int:
+    """The chains ``pm.sample`` runs when given neither ``chains`` nor ``cores``:
+    ``max(2, min(4, CPU cores))`` (PyMC 5's rule, with its own CPU count)."""
+    try:
+        from pymc.sampling.parallel import _cpu_count
+    except ImportError:  # pragma: no cover - PyMC moved it
+        cores = os.cpu_count() or 1
+    else:
+        cores = _cpu_count()
+    return max(2, min(4, int(cores)))
+
+
+#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults on this
+#: machine, 1000 draws, 1000 tuning steps and :func:`pymc_default_chains` chains (a step
+#: that assumed 4 left half its budget unspent under ``pm.sample(step=step)`` on 2 cores).
+DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=pymc_default_chains())
+
+
+class PlanMismatchWarning(UserWarning):
+    """``pm.sample`` ran another run than the budgeted step's plan.
+
+    Given by :func:`pymc_penalty.finalize`: when chains ran longer than planned (each stopped
+    releasing at the plan's length, and every chain is cut to the same length), when chains
+    beyond the plan released no draw (removed), and when the run was shorter than planned
+    (budget left unspent). It says what was spent and removed.
+    """
 
 
 class NotPrivateWarning(UserWarning):
