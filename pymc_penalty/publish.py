@@ -161,11 +161,16 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             )
         if gone != "none":
             parts.append(f"chain(s) {gone} released no draw and are removed")
+        lost = int(a.get("dp_releases_removed", 0))
+        count = (
+            f"The removed draws' {lost} releases count all the same: {spent}."
+            if lost
+            else f"No released draw was removed: {spent}."
+        )
         warnings.warn(
             f"The run asked for more releases than it could make{planned}: each chain stops "
-            f"releasing at the plan's length or when the budget is spent, so "
-            f"{' and '.join(parts)}. The removed draws' {a.get('dp_releases_removed', 0)} "
-            f"releases count all the same: {spent}. {fix}",
+            "releasing at the plan's length or when the budget is spent, and chains past the "
+            f"plan's number release nothing, so {' and '.join(parts)}. {count} {fix}",
             PlanMismatchWarning,
             stacklevel=3,
         )

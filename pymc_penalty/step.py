@@ -20,6 +20,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
 from pymc_penalty.budget import RunPlan, available_mu, calibrate
+from pymc_penalty.chain_slots import ChainSlots
 from pymc_penalty.kernel import (
     PenaltyState,
     Release,
@@ -124,10 +125,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         :data:`~pymc_penalty.step_setup.DEFAULT_PLAN`, ``pm.sample``'s own defaults on this
         machine: 1000 draws, 1000 tuning steps and ``max(2, min(4, CPU cores))`` chains.
         Pass the ``draws``, ``tune`` and ``chains`` you give ``pm.sample``. Each chain makes at
-        most the plan's ``tune + draws`` releases: in a run with longer chains every chain
-        stops releasing at that length, and chains beyond the plan's are refused by the
-        ledger; :func:`pymc_penalty.finalize` then cuts every chain to the same length,
-        removes chains that released no draw, and warns
+        most the plan's ``tune + draws`` releases, and only the first ``plan.chains`` chains
+        to release make any (:class:`~pymc_penalty.chain_slots.ChainSlots`): in a run with
+        longer chains every chain stops releasing at the plan's length, and further chains
+        release nothing; :func:`pymc_penalty.finalize` then cuts every chain to the same
+        length, removes chains that released no draw, and warns
         (:class:`~pymc_penalty.PlanMismatchWarning`). A shorter run leaves budget unspent,
         and ``finalize`` warns too.
     noise_sd : float, optional
@@ -340,8 +342,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             )
         self.mu = None if mu is None else float(mu)
         self.ledger = ledger
-        # A chain longer than the plan stops releasing at the plan's length (finalize says so).
-        self._chain_cap = None if plan is None else plan.tune + plan.draws
+        # A chain longer than the plan stops releasing at the plan's length, and chains past
+        # the plan's number release nothing (finalize says so).
+        if plan is not None:
+            self._chain_cap = plan.tune + plan.draws
+            self._chain_slots = ChainSlots(plan.chains)
         self.private = self.clip is not None and not self.reproducible_noise
         warn_not_private(
             budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
