@@ -88,6 +88,7 @@ def _run_and_interrupt(cores: int, tmp_path: Path) -> tuple[int, str, Path]:
 
 
 @pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.slow
 def test_ctrl_c_stops_every_chain_and_says_what_was_spent(cores, tmp_path):
     code, output, path = _run_and_interrupt(cores, tmp_path)
     assert "RETURNED NORMALLY" not in output, output[-2000:]

@@ -83,6 +83,7 @@ def test_pp_sample_shows_no_pymc_convergence_warnings(shown):
     assert not [m for m in messages if any(p in m for p in PYMC_MESSAGES)], messages
 
 
+@pytest.mark.slow
 def test_control_pymc_warnings_come_back_when_asked():
     """Control: the capture sees PyMC's messages when its checks run (an explicit True is
     kept), so their absence above is a finding."""

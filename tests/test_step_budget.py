@@ -310,6 +310,7 @@ def _construction_text(n: int, caplog) -> tuple[list[str], list[str]]:
     return [f"{w.category.__name__}: {w.message}" for w in caught], _package_log(caplog)
 
 
+@pytest.mark.slow
 def test_a_budgeted_add_remove_step_says_the_same_for_n_50_and_51(caplog):
     text_50 = _construction_text(50, caplog)
     text_51 = _construction_text(51, caplog)
