@@ -244,6 +244,11 @@ def sample(
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
+        ``progressbar=False`` also silences the privacy progress lines (``pymc.penalty``
+        logger), whose epsilon is the report's (the warm start included).
+        ``compute_convergence_checks`` defaults to False here: the package's verdict
+        (``dp_convergence``, :class:`~pymc_penalty.ConvergenceWarning`) replaces PyMC's own
+        R-hat/ESS warnings.
 
     Returns
     -------
@@ -396,7 +401,17 @@ def sample(
         leaky = set(data_dependent_deterministics(model, rule_n))
         stored = [*model.free_RVs, *model.deterministics]
         pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
-    callback = PrivacyCallback(budget, ledger, log_every=max(resolved.run.releases // 10, 1))
+    # The privacy progress lines are part of the progress display: progressbar=False is quiet.
+    quiet = not pm_sample_kwargs.get("progressbar", True)
+    callback = PrivacyCallback(
+        budget,
+        ledger,
+        log_every=0 if quiet else max(resolved.run.releases // 10, 1),
+        total_draws=resolved.run.releases,
+    )
+    # One voice: the package's verdict (dp_convergence, ConvergenceWarning) replaces PyMC's
+    # own R-hat/ESS log warnings, which use other thresholds. An explicit True is kept.
+    pm_sample_kwargs.setdefault("compute_convergence_checks", False)
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
     warm_report.update(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "PlanMismatchWarning",
     "ScreenRefused",
     "UnevaluableRowsWarning",
     "BudgetExhausted",
@@ -179,3 +180,13 @@ class UnevaluableRowsWarning(UserWarning):
 
 class ScreenRefused(RuntimeError):
     """The ledger refused the screen's release (nothing was computed)."""
+
+
+class PlanMismatchWarning(UserWarning):
+    """``pm.sample`` ran another run than the budgeted step's plan.
+
+    Given by :func:`pymc_penalty.finalize`: when chains ran longer than planned (each stopped
+    releasing at the plan's length, and every chain is cut to the same length), when chains
+    beyond the plan released no draw (removed), and when the run was shorter than planned
+    (budget left unspent). It says what was spent and removed.
+    """

@@ -58,6 +58,7 @@ def spends(monkeypatch):
     return granted
 
 
+@pytest.mark.slow
 def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(spends):
     model, _, _ = conjugate(2000)
     epsilon, delta = 2.0, 1e-5
@@ -203,6 +204,7 @@ def _starved(model, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(tmp_path):
     model, _, _ = conjugate(N_ODD)
     path = tmp_path / "ledger"

@@ -149,6 +149,7 @@ def _family_models():
         for f in sorted(_family_models())
     ],
 )
+@pytest.mark.slow
 def test_statistic_difference_equals_model_loglik_difference(family):
     model, bound = _family_models()[family]
     with model:

@@ -408,6 +408,7 @@ def test_sample_reports_every_release_of_the_plan(normal_model):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_published_result_holds_no_data(logistic):
     model, X = logistic
     idata = pymc_penalty.sample(
@@ -553,6 +554,7 @@ def test_warnings_logs_and_errors_hold_no_data_values(normal_data, caplog, monke
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_noise_is_fresh_by_default_and_reproducible_only_on_request(normal_model):
     def run(**step_kwargs):
         return pymc_penalty.sample(

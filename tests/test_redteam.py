@@ -503,6 +503,7 @@ def test_a_parameter_vector_as_long_as_the_data_does_not_tell_n_from_n_plus_one(
     assert _outcome(build, 25) == _outcome(build, 26)
 
 
+@pytest.mark.slow
 def test_control_a_deterministic_of_another_length_is_published_for_n_and_n_plus_one():
     def build(y):
         a = pm.Normal("a", shape=3)
@@ -553,6 +554,7 @@ def _published(n: int):
     return idata, y, labels
 
 
+@pytest.mark.slow
 def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data():
     a, y_a, labels = _published(40)
     b, _, _ = _published(41)
@@ -650,6 +652,7 @@ def test_auto_clip_is_a_function_of_released_statistics_only():
         assert moved > 0, "the clip never adapted: the replay proved nothing"
 
 
+@pytest.mark.slow
 def test_auto_metric_clip_step_audits_below_its_claim_and_a_broken_one_above():
     """Worst-case neighbours for ``clip="auto"``, ``clip_mode="metric"`` (the audit freezes
     tuning at the starting clip; measured: bound 1.66 against the claim 4.38, white-box mu

@@ -70,6 +70,7 @@ def fail_after(monkeypatch, calls: int) -> None:
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_report_has_every_key_and_survives_netcdf(model, neighbours, tmp_path):
     chains, tune, draws = 2, 10, 10
     idata = pymc_penalty.sample(
@@ -121,6 +122,7 @@ def test_report_has_every_key_and_survives_netcdf(model, neighbours, tmp_path):
 
 
 @pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.slow
 def test_failure_mid_run_reports_the_spent_budget(model, data, cores, monkeypatch, tmp_path):
     path = tmp_path / "ledger.bin"
     fail_after(monkeypatch, 15)

@@ -83,6 +83,7 @@ def test_clipped_fraction_is_noisy_when_private_and_exact_otherwise(normal_model
     assert exact.step(point)[1][0]["dp_clipped_fraction"] == 1.0
 
 
+@pytest.mark.slow
 def test_noise_does_not_follow_random_seed_unless_reproducible(normal_model):
     def draws(seed, reproducible):
         with normal_model:
@@ -394,6 +395,7 @@ def _interleaved_accepts(copier) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_shallow_copies_of_a_step_never_compare_against_each_others_state():
     # The cached state lives with the per-row vectors in the shared PenaltyLikelihood: two
     # shallow copies alternating on different chains must give what independent copies give

@@ -369,6 +369,7 @@ def test_the_table_is_large_enough():
     [case[1:] for case in CASES],
     ids=[case[0] for case in CASES],
 )
+@pytest.mark.slow
 def test_bad_input_is_refused_before_anything_is_spent(
     ledger_file, call, make_model, bad, error, argument
 ):

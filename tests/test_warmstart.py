@@ -89,6 +89,7 @@ def test_each_step_is_paid_before_its_data_access(model, spy):
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     """clip='auto' adds a clipped count to every step after the first. The ledger's total is
     the sum of an independent list of every release's mu^2, built from the schedule here:
@@ -135,6 +136,7 @@ def test_a_fixed_clip_releases_no_count(model):
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_a_tiny_budget_gives_a_metric_not_a_crash(model, neighbours):
     """At a tiny budget the released mean log length is mostly noise (sd in the hundreds);
     unclipped it reached about -800 and exp() underflowed the first metric to a singular 0
@@ -153,6 +155,7 @@ def test_a_tiny_budget_gives_a_metric_not_a_crash(model, neighbours):
 
 
 @pytest.mark.parametrize(("grants", "steps_done"), [(0, 0), (2, 0), (3, 1), (4, 1), (6, 2)])
+@pytest.mark.slow
 def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, grants, steps_done):
     ledger = RecordingLedger(spy, grants=grants)
     with model, pytest.raises(WarmStartRefused):
@@ -162,6 +165,7 @@ def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, gran
     assert spy[-1][0] == "refused"
 
 
+@pytest.mark.slow
 def test_warm_start_lands_near_the_mode_within_its_noise():
     """Normal mean, sd 1, prior N(0, 10^2): exact mode and Fisher information are known.
     The clip is stated in the metric of the estimated per-datapoint Fisher information (1

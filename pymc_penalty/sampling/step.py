@@ -29,6 +29,7 @@ from pymc_penalty.model.checks import (
 )
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
+from pymc_penalty.privacy.chain_slots import ChainSlots
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.mechanism import release_noise
 from pymc_penalty.privacy.precision import snap_count
@@ -127,11 +128,16 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         exactly one of the budget, ``mu`` and ``noise_sd``.
     plan : RunPlan, optional
         The run the budget is spread over, with a budget only. Defaults to
-        ``RunPlan(draws=1000, tune=1000, chains=4)``: ``pm.sample``'s
-        default draws and tuning steps, and 4 chains. Pass the ``draws``, ``tune`` and
-        ``chains`` you give ``pm.sample``: a run longer than the plan is stopped by the ledger
-        (the draws it refused are removed by :func:`pymc_penalty.finalize`), a shorter one
-        leaves budget unspent.
+        :data:`~pymc_penalty.sampling.setup.DEFAULT_PLAN`, ``pm.sample``'s own defaults on this
+        machine: 1000 draws, 1000 tuning steps and ``max(2, min(4, CPU cores))`` chains.
+        Pass the ``draws``, ``tune`` and ``chains`` you give ``pm.sample``. Each chain makes at
+        most the plan's ``tune + draws`` releases, and only the first ``plan.chains`` chains
+        to release make any (:class:`~pymc_penalty.privacy.chain_slots.ChainSlots`): in a run with
+        longer chains every chain stops releasing at the plan's length, and further chains
+        release nothing; :func:`pymc_penalty.finalize` then cuts every chain to the same
+        length, removes chains that released no draw, and warns
+        (:class:`~pymc_penalty.PlanMismatchWarning`). A shorter run leaves budget unspent,
+        and ``finalize`` warns too.
     noise_sd : float, optional
         Fixed noise standard deviation ``sigma``.
     mu : float, optional
@@ -352,6 +358,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             )
         self.mu = None if mu is None else float(mu)
         self.ledger = ledger
+        # A chain longer than the plan stops releasing at the plan's length, and chains past
+        # the plan's number release nothing (finalize says so).
+        if plan is not None:
+            self._chain_cap = plan.tune + plan.draws
+            self._chain_slots = ChainSlots(plan.chains)
         self.private = self.clip is not None and not self.reproducible_noise
         warn_not_private(
             budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
@@ -465,7 +476,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         noise, release, count_sd = self._step_noise(length)
         stats = self._step_stats(x1)
         state = self._current(x0)
-        charge = None if self.ledger is None else self.ledger.try_spend
+        charge = None if self.ledger is None else self._charge
         new, info = transition(self.rng, state, x1, noise, release, charge=charge)
         stats.update(info_stats(info))
         if not info.released:
