@@ -17,21 +17,24 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import (
+    InvalidArgumentError,
     PrivateSamplingError,
     SamplingInterrupted,
+    UnevaluableRowsWarning,
     UnpublishedResultWarning,
-    UtilityWarning,
     WarmStartRefused,
 )
 from pymc_penalty.model.checks import (
     check_initvals,
+    check_min_rows,
     data_dependent_deterministics,
     n_datapoints,
+    rule_rows,
+    validate_model,
 )
-from pymc_penalty.planning.forecast import forecast_run, likelihood_family
+from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
 from pymc_penalty.planning.plan import (
     chain_starts,
     clip_tail,
@@ -41,15 +44,15 @@ from pymc_penalty.planning.plan import (
     resolve_tune,
     resolve_warm_start,
 )
+from pymc_penalty.planning.resolve import resolve_plan
 from pymc_penalty.privacy.budget import (
     NEGLIGIBLE_SHARE,
     PrivacyBudget,
-    RunPlan,
     available_mu,
-    calibrate,
 )
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.output import hidden_timing, progressbar_allowed
 from pymc_penalty.results.publish import finalize, finalize_result, step_report
 from pymc_penalty.sampling.adaptation import RW_SCALE
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
@@ -86,89 +89,49 @@ def _warm_start_clip(warm_start_clip: float | None) -> float | str:
     return "auto" if warm_start_clip is None else float(warm_start_clip)
 
 
+def _screen_rows(
+    model: pm.Model,
+    available: float,
+    ledger: PrivacyLedger,
+    gate: tuple[bool, int | None],
+    step_kwargs: dict[str, Any] | None,
+    pm_sample_kwargs: dict[str, Any],
+) -> RowScreen:
+    """After the model gate (a model it refuses must spend nothing), spend
+    :data:`~pymc_penalty.model.screen.SCREEN_SHARE` of ``available`` (mu^2) on the noisy count
+    of rows each observed variable cannot evaluate; warn, naming the variable, where it is far
+    above zero. Such rows are clipped, never refused (issue 28)."""
+    add_remove, min_rows = gate
+    validate_model(model, list(model.value_vars), add_remove=add_remove, min_rows=min_rows)
+    noise_rng = None
+    if (step_kwargs or {}).get("reproducible_noise"):
+        noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
+    try:
+        screen = screen_rows(
+            model, mu=math.sqrt(available * SCREEN_SHARE), ledger=ledger, noise_rng=noise_rng
+        )
+    finally:
+        ledger.release_unused()  # the rest of the reservation goes back to the run
+    flagged = flag_unevaluable(screen.counts, screen.noise_sd)
+    if flagged:
+        counts = ", ".join(f"{name!r}: {screen.counts[name]:.0f}" for name in flagged)
+        warnings.warn(
+            f"Observed variables {flagged} have many rows their likelihood cannot evaluate "
+            f"(NaN or infinite values, or values outside the support; released noisy counts "
+            f"{counts}, noise sd {screen.noise_sd:.0f}). Such rows add nothing and count as "
+            "clipped. Check the data's coding and missing values before spending more.",
+            UnevaluableRowsWarning,
+            stacklevel=3,
+        )
+    return screen
+
+
 def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
     return {
         "dp_warm_start_share": float(share) if warm is not None else 0.0,
         "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
         "dp_warm_start_releases": warm.releases if warm is not None else 0,
     }
-
-
-def _forecast(
-    step_mu: float,
-    *,
-    clip_count_share: float,
-    neighbours: Any,
-    budget: PrivacyBudget,
-    plan: RunPlan,
-    model: pm.Model,
-    released_rows: float | None = None,
-) -> Any:
-    """The run's forecast (:func:`pymc_penalty.planning.forecast.forecast_run`) from public
-    quantities,
-    or None where there is none (see :func:`_forecast_before_spending`); it warns nothing."""
-    adds = Neighbours.parse(neighbours) is not Neighbours.SUBSTITUTE
-    if adds and released_rows is None:
-        return None
-    try:
-        d = int(sum(np.size(v) for v in model.initial_point().values()))
-        # Substitute-one: n is public. Add/remove-one: only the released count is read.
-        n = float(released_rows) if adds else n_datapoints(model)
-    except Exception:  # noqa: BLE001 - the model gate raises the clear error, before spending
-        return None
-    kept_mu2 = likelihood_mu2(step_mu, plan.draws * plan.chains, clip_count_share)
-    return forecast_run(
-        math.sqrt(kept_mu2),
-        budget_mu=budget.mu,
-        delta=budget.delta,
-        n=n,
-        d=d,
-        steps=plan.draws * plan.chains,
-        neighbours="add_remove" if adds else "substitute",
-        likelihood=likelihood_family(model),  # the tail of its rows: public, from the model
-    )
-
-
-def _with_chains(
-    plan: RunPlan, chains: int | str, warm_start: float, step_mu: float, **forecast_args: Any
-) -> RunPlan:
-    """``plan`` with ``chains="auto"`` resolved (:func:`~pymc_penalty.planning.plan.resolve_chains`)
-    from the forecast of ``plan`` (4 chains); a number of chains is kept."""
-    if not (isinstance(chains, str) and chains == "auto"):
-        return plan
-    forecast = _forecast(step_mu, plan=plan, **forecast_args)
-    ess = None if forecast is None else float(forecast.ess)
-    return RunPlan(plan.draws, plan.tune, resolve_chains("auto", warm_start, ess))
-
-
-def _forecast_before_spending(step_mu: float, **forecast_args: Any) -> dict[str, Any]:
-    """Forecast the run's utility from public quantities and warn (:class:`UtilityWarning`)
-    when it is poor or hopeless, before the chains spend.
-
-    ``step_mu`` is the chains' per-step ``mu`` as the step will calibrate it (what the ledger
-    has left after the warm start's share, over the plan's releases). Under substitute-one
-    neighbours n is public and this runs before anything is spent (the warm start included).
-    Under add/remove-one n is private: the forecast uses ``released_rows``, the warm start's
-    released noisy count (post-processing), so it runs after the warm start's share and before
-    the chains spend, and says so; without a released count there is none (it would publish
-    n). A model whose datapoints cannot be counted gets none either (the step's gate then
-    raises its error). ``forecast_args`` are :func:`_forecast`'s."""
-    forecast = _forecast(step_mu, **forecast_args)
-    if forecast is None:
-        return {}
-    adds = Neighbours.parse(forecast_args["neighbours"]) is not Neighbours.SUBSTITUTE
-    if forecast.verdict in ("poor", "hopeless"):
-        note = (
-            "\n(Forecast after the warm start's share was spent, from its released noisy "
-            "count of the rows: under add/remove-one neighbours n is private.)"
-            if adds
-            else ""
-        )
-        warnings.warn(f"{forecast}{note}", UtilityWarning, stacklevel=3)
-    out: dict[str, Any] = {"dp_forecast_ess": forecast.ess, "dp_forecast_verdict": forecast.verdict}
-    if adds:
-        out["dp_forecast_rows"] = float(forecast_args["released_rows"])  # not n
-    return out
 
 
 def sample(
@@ -179,6 +142,7 @@ def sample(
     tune: int | str = "auto",
     chains: int | str = "auto",
     neighbours: str = "substitute",
+    min_rows: int | None = None,
     clip: float | str = "auto",
     clip_mode: str = "metric",
     clip_count_share: float = 0.05,
@@ -223,6 +187,12 @@ def sample(
         start; with one, a tenth of ``draws`` within [100, 1000] (the chains start near the
         posterior with its metric, and only the scaling and the clip are tuned).
     neighbours : {"substitute", "add_remove"}
+    min_rows : int, optional
+        Under add/remove-one, a public lower bound (``>= 2``) on the number of rows, fixed
+        without looking at the table: the model gate's shape rules compare lengths with it
+        instead of the private count, so no refusal depends on ``n`` (a table with fewer
+        rows is refused before anything is spent). Without it a refusal can tell ``n``.
+        Recorded as ``dp_min_rows``.
     clip : float or "auto", default "auto"
         Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
         tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
@@ -280,6 +250,11 @@ def sample(
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
+        ``progressbar=False`` also silences the privacy progress lines (``pymc.penalty``
+        logger), whose epsilon is the report's (the warm start included).
+        ``compute_convergence_checks`` defaults to False here: the package's verdict
+        (``dp_convergence``, :class:`~pymc_penalty.ConvergenceWarning`) replaces PyMC's own
+        R-hat/ESS warnings.
 
     Returns
     -------
@@ -294,6 +269,7 @@ def sample(
     # Every argument, before a ledger is opened or anything compiled (the data are checked
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
+    min_rows = check_min_rows(min_rows)
     model = pm.modelcontext(model)
     parties = owners if shards is None else shards  # distributed: no warm start, no JAX
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
@@ -303,8 +279,12 @@ def sample(
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, parties, model=model)
     if parties is not None:  # owners or shards on a cluster: pymc_penalty.distributed
+        if min_rows is not None:
+            raise InvalidArgumentError(
+                "`min_rows` is not supported with `owners` or `shards`; leave it out."
+            )
         chains = resolve_chains(chains, 0.0, None)  # no warm start there
-        args = dict(locals(), **pm_sample_kwargs)
+        args = {k: v for k, v in dict(locals(), **pm_sample_kwargs).items() if k != "min_rows"}
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
@@ -327,30 +307,39 @@ def sample(
                 "for the low-level path."
             )
     budget = PrivacyBudget(float(epsilon), float(delta))
-    # chains="auto" starts as 4 and is resolved from the forecast of that plan (below).
-    plan = RunPlan(int(draws), int(tune), resolve_chains(chains, 0.0, None))
     if warm_start > 0 and "initvals" in pm_sample_kwargs:
         raise ValueError(
             "`initvals` cannot be combined with `warm_start`: the chains start at the private "
             "warm-start estimate. Set warm_start=0 to choose the starting point."
         )
-    check_initvals(model, pm_sample_kwargs.get("initvals"))  # before anything is spent
+    add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+    # The count the gate's shape rules use: n, or under add/remove-one the public bound.
+    rule_n = rule_rows(n_datapoints(model), add_remove, min_rows)
+    check_initvals(model, pm_sample_kwargs.get("initvals"), rule_n)  # before anything is spent
     if ledger_path is None:
         ledger = PrivacyLedger(budget.mu)
     else:
         ledger = PrivacyLedger(budget.mu, ledger_path)
     available = available_mu(ledger) ** 2  # raises if nothing is left
-    forecast_args = dict(
-        clip_count_share=clip_count_share, neighbours=neighbours, budget=budget, model=model
+    plan_args = dict(
+        draws=int(draws),
+        tune=int(tune),
+        chains=chains,
+        warm_start=warm_start,
+        budget=budget,
+        model=model,
+        neighbours=neighbours,
+        clip_count_share=clip_count_share,
     )
-    # Before anything is spent: the chains get what the warm start leaves.
-    chains_mu = math.sqrt(available * (1.0 - warm_start))
-    plan = _with_chains(
-        plan, chains, warm_start, calibrate(chains_mu, plan, warn_below=0.0), **forecast_args
+    # Before anything is spent: the chains get what the screen and the warm start leave.
+    resolved = resolve_plan(
+        chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start)), **plan_args
     )
-    forecast = _forecast_before_spending(
-        calibrate(chains_mu, plan, warn_below=0.0), plan=plan, **forecast_args
+    # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
+    screen = _screen_rows(
+        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
     )
+    available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
@@ -367,6 +356,7 @@ def sample(
                 neighbours=neighbours,
                 noise_rng=noise_rng,
                 compile_kwargs=step_kwargs.get("compile_kwargs"),
+                min_rows=min_rows,
             )
         except WarmStartRefused:
             ledger.release_unused()
@@ -374,23 +364,11 @@ def sample(
         # The chains get exactly what the warm start left (its unused reservation returned).
         ledger.release_unused()
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
-            left = available_mu(ledger)
-            plan = _with_chains(
-                plan,
-                chains,
-                warm_start,
-                calibrate(left, plan, warn_below=0.0),
-                released_rows=warm.n_rows,
-                **forecast_args,
-            )
-            forecast = _forecast_before_spending(
-                calibrate(left, plan, warn_below=0.0),
-                plan=plan,
-                released_rows=warm.n_rows,
-                **forecast_args,
+            resolved = resolve_plan(
+                chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
             )
         pm_sample_kwargs["initvals"] = chain_starts(
-            warm, plan.chains, pm_sample_kwargs.get("random_seed")
+            warm, resolved.run.chains, pm_sample_kwargs.get("random_seed")
         )
         if "S" not in step_kwargs:
             # Keep the warm start's metric: only the scaling adapts. The chain's own
@@ -417,43 +395,61 @@ def sample(
         step = PenaltyMetropolis(
             epsilon=budget.epsilon,
             delta=budget.delta,
-            plan=plan,
+            plan=resolved.run,
             clip=clip,
             clip_mode=clip_mode,
             neighbours=neighbours,
             clip_count_share=clip_count_share,
             ledger=ledger,
+            min_rows=min_rows,
             **step_kwargs,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any
         # error raised while computing them on the data) never exist outside the model.
-        leaky = set(data_dependent_deterministics(model))
+        leaky = set(data_dependent_deterministics(model, rule_n))
         stored = [*model.free_RVs, *model.deterministics]
         pm_sample_kwargs["var_names"] = [v.name for v in stored if v.name not in leaky]
-    callback = PrivacyCallback(budget, ledger, log_every=max(plan.releases // 10, 1))
+    # The privacy progress lines are part of the progress display: progressbar=False is quiet.
+    quiet = not pm_sample_kwargs.get("progressbar", True)
+    callback = PrivacyCallback(
+        budget,
+        ledger,
+        log_every=0 if quiet else max(resolved.run.releases // 10, 1),
+        total_draws=resolved.run.releases,
+    )
+    # One voice: the package's verdict (dp_convergence, ConvergenceWarning) replaces PyMC's
+    # own R-hat/ESS log warnings, which use other thresholds. An explicit True is kept.
+    pm_sample_kwargs.setdefault("compute_convergence_checks", False)
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = _warm_start_report(warm, warm_start)
-    warm_report.update(phase_report(step, plan))
-    warm_report.update(forecast)
+    warm_report.update(
+        dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
+    )
+    warm_report.update(phase_report(step, resolved.run))
+    warm_report.update(resolved.report)
 
+    if not progressbar_allowed(neighbours):
+        # Its draws per second and times measure n, private under add/remove-one.
+        pm_sample_kwargs["progressbar"] = False
     try:
-        with model, stop_on_interrupt() as interrupt:
+        # PyMC's "... took N seconds." line measures n too: logged without the duration.
+        with model, stop_on_interrupt() as interrupt, hidden_timing():
             if backend == "jax":  # tuning as below, then the draws on the device
                 idata = sample_on_device(
                     step,
-                    draws=plan.draws,
-                    tune=plan.tune,
-                    chains=plan.chains,
+                    draws=resolved.run.draws,
+                    tune=resolved.run.tune,
+                    chains=resolved.run.chains,
                     callback=callback,
                     model=model,
                     **pm_sample_kwargs,
                 )
             else:
                 idata = pm.sample(
-                    draws=plan.draws,
-                    tune=plan.tune,
-                    chains=plan.chains,
+                    draws=resolved.run.draws,
+                    tune=resolved.run.tune,
+                    chains=resolved.run.chains,
                     step=step,
                     callback=callback,
                     **pm_sample_kwargs,

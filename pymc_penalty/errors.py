@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "PlanMismatchWarning",
+    "ScreenRefused",
+    "UnevaluableRowsWarning",
     "BudgetExhausted",
     "ConvergenceWarning",
     "DataChangedError",
@@ -44,8 +47,13 @@ class InvalidArgumentError(ValueError, TypeError):
 
 
 class InvalidDataError(ValueError):
-    """The data cannot be analysed: a NaN or infinite value, or a value outside the
-    likelihood's support. The message names the variable, never a value or a row."""
+    """No longer raised: kept so that ``except InvalidDataError`` in existing code still runs.
+
+    Data values never cause a refusal (a refusal spends nothing, so it would be a free answer
+    about the data; issue 28). Rows the likelihood cannot evaluate are clipped, and
+    :func:`pymc_penalty.sample` warns with :class:`~pymc_penalty.UnevaluableRowsWarning` when
+    their charged noisy count is far above zero.
+    """
 
 
 class ModelNotPrivateError(ValueError):
@@ -171,3 +179,23 @@ class ShardError(OwnerError):
 
 class OwnerSideError(RuntimeError):
     """An owner refused or failed a request; the message holds no data values."""
+
+
+class UnevaluableRowsWarning(UserWarning):
+    """The released noisy count of rows an observed variable's likelihood cannot evaluate is
+    far above zero: a systematic data error (coding, missing values), told from a charged
+    release. Such rows are counted as clipped and add nothing to the chain's test."""
+
+
+class ScreenRefused(RuntimeError):
+    """The ledger refused the screen's release (nothing was computed)."""
+
+
+class PlanMismatchWarning(UserWarning):
+    """``pm.sample`` ran another run than the budgeted step's plan.
+
+    Given by :func:`pymc_penalty.finalize`: when chains ran longer than planned (each stopped
+    releasing at the plan's length, and every chain is cut to the same length), when chains
+    beyond the plan released no draw (removed), and when the run was shorter than planned
+    (budget left unspent). It says what was spent and removed.
+    """

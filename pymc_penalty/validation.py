@@ -7,10 +7,18 @@ accounting functions, :func:`forecast_utility`, :func:`private_warm_start`,
 they compile a graph, open a ledger or charge it.
 
 Messages name the argument and the accepted range or type. They may quote the value of an
-*argument* (a budget, a number of draws: the caller's own settings) but never data. This
-module reads arguments only: checks of a model and its data are the model gate's
-(:mod:`pymc_penalty.model.checks`), so the pure accounting layer that uses these checkers
-sits below the gate.
+*argument* (a budget, a number of draws: the caller's own settings) but never data. Checks
+of a model's structure are the model gate's (:mod:`pymc_penalty.model.checks`), so the pure
+accounting layer that uses these checkers sits below the gate.
+
+Nothing here, nor in the gate, reads a data value. A refusal spends nothing, so a refusal
+that depended on the data would be a free answer about it: a support check
+(``observed=np.round(y - c)`` under a Poisson) bisects a record in a few dozen constructions
+(issue 28). A NaN, an infinite value or a value outside the likelihood's support is a row the
+likelihood cannot evaluate: its ratio adds 0 and counts as clipped
+(:func:`pymc_penalty.model.likelihood.clipped_ratio_sum`), and :func:`pymc_penalty.sample`
+tells the user about systematic errors through a charged, noisy count of such rows
+(:mod:`pymc_penalty.model.screen`).
 """
 
 from __future__ import annotations
@@ -316,8 +324,3 @@ def check_sample_arguments(
             "`random_seed` must be an integer >= 0, a sequence of them, a NumPy Generator or "
             f"None; {_got(seed)}."
         )
-
-
-# --------------------------------------------------------------------------------------------
-# data
-# --------------------------------------------------------------------------------------------

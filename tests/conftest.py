@@ -13,8 +13,27 @@ from scipy import stats
 from pymc_penalty import NotPrivateWarning
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--runslow",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (CI, .ci/run, passes it)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     warnings.filterwarnings("ignore", category=NotPrivateWarning)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``slow`` unless ``--runslow`` is given (pymc-extras' convention)."""
+    if config.getoption("--runslow"):
+        return
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
 
 
 def _mcse(draws: np.ndarray) -> float:

@@ -29,8 +29,8 @@ from pymc_penalty.accounting.accept_bit import (
     lower_convex_envelope,
     pair_hockey_stick,
 )
+from pymc_penalty.errors import InvalidArgumentError
 from pymc_penalty.sampling.kernel import penalised_log_ratio, penalty_decision
-from pymc_penalty.validation import InvalidArgumentError
 
 pytest.importorskip("dp_accounting")
 

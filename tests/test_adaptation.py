@@ -96,6 +96,7 @@ def _run_clip(ad: ClipAdapter, tau: float, n: int, steps: int, rng, heavy: bool 
 
 @pytest.mark.parametrize("start", [0.01, 100.0])
 @pytest.mark.parametrize("heavy", [False, True])
+@pytest.mark.slow
 def test_clip_reaches_the_target_fraction_from_far_away(start, heavy):
     rng = np.random.default_rng(3)
     n, tau = 20000, 1.0

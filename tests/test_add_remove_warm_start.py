@@ -19,6 +19,7 @@ import pytest
 from pymc_penalty import PrivacyLedger, UtilityWarning, sample
 from pymc_penalty.accounting import gdp_epsilon, gdp_mu
 from pymc_penalty.accounting.gdp import likelihood_mu2
+from pymc_penalty.model.screen import SCREEN_SHARE
 from pymc_penalty.planning.forecast import forecast_run
 from pymc_penalty.privacy.ledger import PrivacyLedger as _Ledger
 from pymc_penalty.sampling.adaptation.clip import clip_target_fraction, starting_clip
@@ -57,6 +58,7 @@ def spends(monkeypatch):
     return granted
 
 
+@pytest.mark.slow
 def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(spends):
     model, _, _ = conjugate(2000)
     epsilon, delta = 2.0, 1e-5
@@ -77,15 +79,19 @@ def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(
     assert attrs["dp_warm_start_mu"] > 0
     assert attrs["dp_tune"] == 100  # tune="auto" after a warm start
     # Independently: every release the ledger granted, the warm start's included.
-    assert len(spends) == ADD_REMOVE_WARM_RELEASES + attrs["dp_releases"]
+    # The screen of unevaluable rows is the first (issue 28).
+    assert len(spends) == 1 + ADD_REMOVE_WARM_RELEASES + attrs["dp_releases"]
     total_mu = math.sqrt(sum(spends))
     assert gdp_epsilon(mu=total_mu, delta=delta) <= epsilon * (1 + 1e-9)
     assert total_mu == pytest.approx(attrs["dp_mu"], rel=1e-6)
     assert attrs["dp_epsilon"] <= epsilon
-    # The warm start's own releases are the first ones, and sum to its reported mu.
-    warm_mu2 = sum(spends[:ADD_REMOVE_WARM_RELEASES])
+    budget_mu2 = gdp_mu(epsilon, delta) ** 2
+    assert spends[0] == pytest.approx(SCREEN_SHARE * budget_mu2, rel=1e-6)
+    assert math.sqrt(spends[0]) == pytest.approx(attrs["dp_screen_mu"], rel=1e-6)
+    # The warm start's own releases come next, and sum to its reported mu.
+    warm_mu2 = sum(spends[1 : 1 + ADD_REMOVE_WARM_RELEASES])
     assert math.sqrt(warm_mu2) == pytest.approx(attrs["dp_warm_start_mu"], rel=1e-6)
-    assert warm_mu2 == pytest.approx(0.2 * gdp_mu(epsilon, delta) ** 2, rel=1e-6)
+    assert warm_mu2 == pytest.approx(0.2 * (1 - SCREEN_SHARE) * budget_mu2, rel=1e-6)
 
 
 def test_the_substitute_warm_start_has_one_release_fewer(spends):
@@ -93,7 +99,7 @@ def test_the_substitute_warm_start_has_one_release_fewer(spends):
     model, _, _ = conjugate(2000)
     idata = sample(epsilon=2.0, delta=1e-5, draws=20, chains=1, model=model, random_seed=1, **QUIET)
     assert idata.attrs["dp_warm_start_releases"] == SUBSTITUTE_WARM_RELEASES
-    assert len(spends) == SUBSTITUTE_WARM_RELEASES + idata.attrs["dp_releases"]
+    assert len(spends) == 1 + SUBSTITUTE_WARM_RELEASES + idata.attrs["dp_releases"]  # + screen
 
 
 def _error_sd(idata, mean, sd):
@@ -198,6 +204,7 @@ def _starved(model, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(tmp_path):
     model, _, _ = conjugate(N_ODD)
     path = tmp_path / "ledger"
@@ -208,9 +215,10 @@ def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(
     text = str(info.value)
     assert "after the warm start's share" in text and "released noisy count" in text
     assert str(N_ODD) not in text
-    # Raised after the warm start spent its share and before any chain spent.
+    # Raised after the screen and the warm start spent their shares, before any chain spent.
     spent = PrivacyLedger.open(path).spent_mu2
-    assert spent == pytest.approx(0.2 * gdp_mu(0.3, 1e-5) ** 2, rel=1e-6)
+    shares = SCREEN_SHARE + 0.2 * (1 - SCREEN_SHARE)
+    assert spent == pytest.approx(shares * gdp_mu(0.3, 1e-5) ** 2, rel=1e-6)
 
     with pytest.warns(UtilityWarning, match="after the warm start's share") as record:
         idata = _starved(model)

@@ -313,6 +313,33 @@ def check_shards(res: dict) -> None:
     )
 
 
+def check_model_suite(res: dict) -> None:
+    import csv
+
+    cells = {c["method"]: c for c in res["cells"]}
+    assert set(cells) == {"nuts", "pp_sample", "step", "nss"} and res["errors"] == 0, cells
+    for c in cells.values():
+        # Quick mode: one linear data set, n = 2000, epsilon 6 (4 parameters, all covered).
+        assert (c["model"], c["n"], c["datasets"], c["failed"]) == ("linear", 2000, 1, 0), c
+        assert 0.0 <= c["coverage"] <= 1.0 and c["sd_ratio_min"] <= c["sd_ratio"], c
+    assert cells["nuts"]["rms"] == 0.0 and cells["nuts"]["sd_ratio"] == pytest.approx(1.0)
+    for method in ("pp_sample", "step"):  # the report's verdict is read; the spend is capped
+        assert 0.0 <= cells[method]["converged"] <= 1.0
+        assert 0.0 < cells[method]["eps_spent"] <= 6.0 * (1 + 1e-9)
+    # The one-shot release spends the whole budget once; it has no chain to judge.
+    assert cells["nss"]["eps_spent"] == 6.0 and math.isnan(cells["nss"]["converged"])
+    # pp.sample lands within a few NUTS sd at epsilon 6 (one unseeded run: a wide bound; from
+    # the model's initial point it would be tens of sd off at n = 2000).
+    assert cells["pp_sample"]["rms"] < 10.0, cells["pp_sample"]
+    # The summary recomputed from the per-run CSV it wrote.
+    with open(res["csv"], newline="", encoding="utf-8") as fh:
+        rows = {r["method"]: r for r in csv.DictReader(fh)}
+    for method, c in cells.items():
+        r = rows[method]
+        assert c["rms"] == pytest.approx(float(r["err_rms"]), abs=1e-4), method
+        assert c["coverage"] == pytest.approx(int(r["covered"]) / int(r["n_covered"])), method
+
+
 CHECKS = {
     "defaults_seeds": check_defaults_seeds,
     "peer_probe": check_peer_probe,
@@ -328,6 +355,7 @@ CHECKS = {
     "speed": check_speed,
     "warm_start_error": check_warm_start_error,
     "utility_table": check_utility_table,
+    "model_suite": check_model_suite,
 }
 
 

@@ -91,6 +91,7 @@ def test_the_step_starts_its_found_clip_at_tail_times_the_gaussian_start():
         pp.PenaltyMetropolis(clip_tail=0.9, **kwargs)
 
 
+@pytest.mark.slow
 def test_sample_passes_the_warm_starts_tail_to_the_step(monkeypatch):
     seen: dict = {}
     real_tail = api.clip_tail

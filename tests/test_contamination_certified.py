@@ -53,6 +53,7 @@ def _grid_sup(kind, logf, mus):
 
 @pytest.mark.parametrize("kind", ["constant", "lipschitz"])
 @pytest.mark.parametrize("rate", [0.02, 0.1, 0.4])
+@pytest.mark.slow
 def test_location_bound_holds_and_is_tight_on_a_dense_grid(kind, rate):
     g = StudentTContamination(3, 10.0, loc=1.0)
     model = LocationModel(sigma=2.0, density=g)
@@ -181,6 +182,7 @@ def _data(n=100, seed=5):
 
 
 @pytest.mark.parametrize("kind", ["constant", "lipschitz"])
+@pytest.mark.slow
 def test_a_chain_with_the_certified_clip_clips_no_record(kind):
     y = _data()
     with LOC.pymc_model(y, rate=RATE) as model, warnings.catch_warnings():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pymc_penalty.datasets import load_screening
 from pymc_penalty.demo import main
@@ -16,6 +17,7 @@ def test_screening_dataset():
     assert data.columns[0] == "intercept" and set(data.truth) == set(data.columns)
 
 
+@pytest.mark.slow
 def test_demo_prints_a_posterior_and_its_report(capsys):
     assert main(["--draws", "60", "--tune", "60", "--chains", "2", "--cores", "1"]) == 0
     out = capsys.readouterr().out

@@ -111,6 +111,7 @@ def test_epsilon_curve_ends_at_the_reported_epsilon(idata):
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_without_tuning_draws_the_curve_still_counts_tuning_and_says_so(model):
     """Discarded tuning draws are still releases: the curve counts them as one lump at draw
     -1 (from the report's release counts) and ends at the report's epsilon (it fell short by

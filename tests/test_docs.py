@@ -92,6 +92,7 @@ def _tiny_site(tmp_path: Path, index: str, notebook: dict | None = None) -> Path
     return src
 
 
+@pytest.mark.slow
 def test_strict_build_fails_on_a_warning(tmp_path):
     ok = _tiny_site(tmp_path / "ok", "# Fine\n\nSee [the algorithm](#fine).\n")
     result = sphinx_build(ok, tmp_path / "ok_out", confdir=DOCS)
@@ -103,6 +104,7 @@ def test_strict_build_fails_on_a_warning(tmp_path):
     assert "missing-page" in result.stderr, failure_message(result)
 
 
+@pytest.mark.slow
 def test_strict_build_fails_on_a_failed_notebook_assertion(tmp_path):
     index = "# Site\n\n```{toctree}\nnb\n```\n"
     nb = _notebook(["x = 1 + 1", "assert x == 3, 'the check cell failed'"])

@@ -333,6 +333,7 @@ def test_no_forecast_under_add_remove_where_n_is_private(small_model):
     assert "dp_forecast_ess" not in idata.attrs
 
 
+@pytest.mark.slow
 def test_sample_forecasts_with_the_model_likelihood_tail(small_model):
     """pp.sample's forecast reads the likelihood's family off the model: the same plan and
     budget on a Bernoulli model of the same n and d forecast (q_gauss / q_bernoulli)^2 of the

@@ -224,6 +224,7 @@ def test_data_dependent_outputs_are_named():
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_stripping_removes_data_outputs_and_record_ids(neighbours):
     model = _leaky_model()
     with model:
@@ -568,6 +569,7 @@ def test_group_labels_of_data_indexed_effects_are_stripped():
     ["normal_mixture", "mixture", "zero_inflated", "customdist_logp_only", "categorical",
      "ordered_logistic", "multinomial", "student_t"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_control_row_local_likelihoods_are_accepted(likelihood):
     def build():
         if likelihood == "normal_mixture":

@@ -44,7 +44,7 @@ CHILD = textwrap.dedent(
         pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
     idata = pp.sample(
         epsilon={EPS}, delta={DELTA}, draws={PLAN.draws}, tune={PLAN.tune}, chains={PLAN.chains},
-        cores=int(sys.argv[1]), ledger_path=sys.argv[2], progressbar=False,
+        cores=int(sys.argv[1]), ledger_path=sys.argv[2], progressbar=True,
         compute_convergence_checks=False, model=model,
     )
     print("RETURNED NORMALLY", idata.attrs["dp_epsilon"], flush=True)
@@ -73,7 +73,8 @@ def _run_and_interrupt(cores: int, tmp_path: Path) -> tuple[int, str, Path]:
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
-        # The callback logs every 10% of the plan: the first chain is sampling now.
+        # The callback logs every 10% of the plan (with the progress bar on, as in the
+        # child): the first chain is sampling now.
         if "epsilon spent" in line:
             # Ctrl-C in a terminal signals the whole foreground process group: the run and,
             # with cores=2, PyMC's worker processes.
@@ -88,6 +89,7 @@ def _run_and_interrupt(cores: int, tmp_path: Path) -> tuple[int, str, Path]:
 
 
 @pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.slow
 def test_ctrl_c_stops_every_chain_and_says_what_was_spent(cores, tmp_path):
     code, output, path = _run_and_interrupt(cores, tmp_path)
     assert "RETURNED NORMALLY" not in output, output[-2000:]

@@ -341,3 +341,36 @@ def test_a_model_jax_cannot_run_is_refused_before_warm_start_and_tuning_spend(tm
                 progressbar=False,
             )
     assert idata.attrs["dp_releases"] == 20
+
+
+def test_a_row_the_likelihood_cannot_evaluate_adds_zero_on_the_device_too():
+    """Issue 28: an infinite record is not refused; its ratio (``-inf - -inf``) adds 0 and is
+    counted as clipped, on the device as in PenaltyLikelihood. Independent check: the same
+    step on the table without those rows has the same log acceptance ratio, two fewer
+    clipped rows."""
+    clean = Y[:300]
+    x0, chol, z, clip, share, sigma = (
+        np.array([0.9]),
+        np.eye(1) * 0.02,
+        np.array([[1.3]]),
+        0.05,
+        0.05,
+        3.0,
+    )
+    step_mu = 2 * clip * 1.3 / sigma / math.sqrt(1 - share)
+    out = []
+    for y in (clean, np.concatenate([clean, [np.inf, -np.inf]])):
+        model = _normal_mean(y)
+        chain = DeviceChain(
+            model_function(model, model.value_vars),
+            clip_mode=ClipMode.METRIC,
+            neighbours=Neighbours.SUBSTITUTE,
+            step_mu=step_mu,
+            clip_count_share=share,
+        )
+        carry = chain.start(x0, chol, 1.0, clip)
+        _, (_, _, _, prob, _, _, count) = chain.run(carry, z, np.array([-np.inf]), np.zeros((1, 2)))
+        out.append((math.log(prob[0]), float(count[0])))
+    (log_clean, count_clean), (log_bad, count_bad) = out
+    assert log_bad == pytest.approx(log_clean, rel=1e-12)
+    assert count_bad == count_clean + 2

@@ -46,6 +46,7 @@ def run_owners(noise_sd, seed, draws=4000, **kwargs):
 # --- exactness and power ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_owners_target_the_exact_posterior():
     idata, post = run_owners([0.6, 0.9, 1.2], seed=301)
     ok, msg = posterior_check(idata.posterior["m"].values, post.cdf, post.mean())
@@ -57,6 +58,7 @@ def test_three_owners_target_the_exact_posterior():
     assert np.all(ss["dp_clipped_fraction"].values == 0.0)
 
 
+@pytest.mark.slow
 def test_checks_have_power_with_a_single_owner_penalty(monkeypatch):
     """Subtracting only sigma^2/2 (one owner's share) instead of N sigma^2/2 must be caught."""
     import pymc_penalty.sampling.kernel as kernel_mod
@@ -123,6 +125,7 @@ def _private_step(model, **kwargs):
 
 
 @pytest.mark.parametrize("neighbours, factor", [("substitute", 2.0), ("add_remove", 1.0)])
+@pytest.mark.slow
 def test_per_owner_and_outsider_mu_formulas(neighbours, factor):
     model, _ = normal_normal()
     sds = np.array([1.0, 2.0, 4.0])

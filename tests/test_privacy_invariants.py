@@ -390,11 +390,13 @@ def test_sample_reports_every_release_of_the_plan(normal_model):
     assert list(attrs["dp_releases_per_chain"]) == [draws + tune] * chains
     step_mu = float(idata.sample_stats["dp_mu"].values[0, 0])
     assert np.all(idata.sample_stats["dp_mu"].values == step_mu)
-    # Every release: the chains' and the default private warm start's (its own mu).
+    # Every release: the chains', the default private warm start's (its own mu) and the
+    # screen's of unevaluable rows (issue 28).
     chains_mu2 = chains * (draws + tune) * step_mu**2
-    assert attrs["dp_warm_start_mu"] > 0
+    assert attrs["dp_warm_start_mu"] > 0 and attrs["dp_screen_mu"] > 0
     assert attrs["dp_mu"] == pytest.approx(
-        math.sqrt(chains_mu2 + attrs["dp_warm_start_mu"] ** 2), rel=1e-9
+        math.sqrt(chains_mu2 + attrs["dp_warm_start_mu"] ** 2 + attrs["dp_screen_mu"] ** 2),
+        rel=1e-9,
     )
     assert attrs["dp_mu"] <= PrivacyBudget(1.0, 1e-5).mu
     assert attrs["dp_epsilon"] == pytest.approx(1.0, abs=1e-6)
@@ -406,6 +408,7 @@ def test_sample_reports_every_release_of_the_plan(normal_model):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_published_result_holds_no_data(logistic):
     model, X = logistic
     idata = pymc_penalty.sample(
@@ -551,6 +554,7 @@ def test_warnings_logs_and_errors_hold_no_data_values(normal_data, caplog, monke
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_noise_is_fresh_by_default_and_reproducible_only_on_request(normal_model):
     def run(**step_kwargs):
         return pymc_penalty.sample(

@@ -399,9 +399,10 @@ def _refilled_step():
 
 
 def test_data_refilled_after_the_step_is_built_keeps_the_release_bounded():
-    """``pm.set_data`` after the checks: each bad row's ratio is -B on its own (no good row
-    moves, checked against an independent NumPy computation), and the step still releases
-    without raising (the likelihood checks row by row)."""
+    """``pm.set_data`` after the checks: each bad row moves only its own ratio (no good row
+    moves, checked against an independent NumPy computation): the extreme covariate's is
+    clipped at -B, the NaN row's cannot be evaluated and adds 0 (issue 28: antisymmetric,
+    inside [-B, B]); both count as clipped, and the step still releases without raising."""
     model, step = _refilled_step()
     b0, b1 = 0.0, 0.1
     ll0, _ = step._lik.initial(np.array([b0]), N)
@@ -410,7 +411,7 @@ def test_data_refilled_after_the_step_is_built_keeps_the_release_bounded():
     good[[3, 7]] = False
     ratio = (-((Y - b1 * X) ** 2) + (Y - b0 * X) ** 2) / 2.0
     assert np.all(np.abs(ratio[good]) < 100.0)
-    np.testing.assert_allclose(clipped_sum, ratio[good].sum() - 2 * 100.0, rtol=1e-9)
+    np.testing.assert_allclose(clipped_sum, ratio[good].sum() - 100.0 + 0.0, rtol=1e-9)
     q0 = pm.blocking.DictToArrayBijection.map({"b": np.array(b0)})
     with model, pa._forced(step, np.array([b1])):
         stats = [step.astep(q0)[1][0] for _ in range(400)]
@@ -421,27 +422,30 @@ def test_data_refilled_after_the_step_is_built_keeps_the_release_bounded():
 
 
 def test_an_invalid_row_counts_as_clipped():
-    # A NaN ratio is set to -B and, as the threat model says, counted as clipped (it was not).
+    # A NaN ratio adds 0 and, as the threat model says, is counted as clipped (it was not).
     _, step = _refilled_step()
     ll0, _ = step._lik.initial(np.array([0.0]), N)
     assert step._lik.evaluate(np.array([0.1]), ll0, 100.0)[2] == 2
 
 
-# --- invalid data: one bit, the same message for n and n + 1 --------------------------------
+# --- invalid data: not refused, the same outcome for n and n + 1 ---------------------------
 
 
-def test_invalid_data_message_is_the_same_for_n_and_n_plus_one_rows():
-    messages = []
+def test_invalid_data_is_not_refused_for_n_nor_n_plus_one_rows():
+    """An infinite record is a row the likelihood cannot evaluate: clipped, never refused
+    (a refusal spends nothing, so it would be a free answer; issue 28)."""
+    outcomes = []
     for n in (N, N + 1):
         y = np.resize(Y, n)
         y[5] = np.inf
         with pm.Model():
             pm.Normal("y", pm.Normal("m"), 1.0, observed=y)
-            with pytest.raises(InvalidDataError) as err:
+            try:
                 PenaltyMetropolis(mu=1.0, neighbours="add_remove")
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
-    assert str(N) not in messages[0] and str(N + 1) not in messages[0]
+                outcomes.append("built")
+            except InvalidDataError as err:  # the old behaviour
+                outcomes.append(str(err))
+    assert outcomes == ["built", "built"]
 
 
 # --- add/remove-one: outputs switched by n (two leaks, fixed here) --------------------------
@@ -499,6 +503,7 @@ def test_a_parameter_vector_as_long_as_the_data_does_not_tell_n_from_n_plus_one(
     assert _outcome(build, 25) == _outcome(build, 26)
 
 
+@pytest.mark.slow
 def test_control_a_deterministic_of_another_length_is_published_for_n_and_n_plus_one():
     def build(y):
         a = pm.Normal("a", shape=3)
@@ -549,6 +554,7 @@ def _published(n: int):
     return idata, y, labels
 
 
+@pytest.mark.slow
 def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data():
     a, y_a, labels = _published(40)
     b, _, _ = _published(41)
@@ -560,6 +566,7 @@ def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data(
     public = {k for k in a.attrs if k.startswith("dp_")} - {
         "dp_clipped_fraction",  # noisy
         "dp_clipped_count",
+        "dp_unevaluable_rows",  # noisy (the screen of rows that cannot be evaluated)
         "dp_convergence",
         "dp_r_hat_max",
         "dp_ess_bulk_min",
@@ -645,6 +652,7 @@ def test_auto_clip_is_a_function_of_released_statistics_only():
         assert moved > 0, "the clip never adapted: the replay proved nothing"
 
 
+@pytest.mark.slow
 def test_auto_metric_clip_step_audits_below_its_claim_and_a_broken_one_above():
     """Worst-case neighbours for ``clip="auto"``, ``clip_mode="metric"`` (the audit freezes
     tuning at the starting clip; measured: bound 1.66 against the claim 4.38, white-box mu

@@ -58,11 +58,19 @@ def test_text_report_shows_budget_phases_convergence_clipping_and_utility(idata,
     step_mu2 = float(idata.sample_stats["dp_mu"].values.max()) ** 2
     tuning_mu2 = 2 * 150 * step_mu2  # tuning draws are not stored: 150 per chain
     warm_mu2 = a["dp_warm_start_mu"] ** 2
-    for name, mu2 in (("warm start", warm_mu2), ("tuning", tuning_mu2), ("sampling", sampling_mu2)):
+    screen_mu2 = a["dp_screen_mu"] ** 2  # the noisy count of unevaluable rows (issue 28)
+    phases = (
+        ("screen", screen_mu2),
+        ("warm start", warm_mu2),
+        ("tuning", tuning_mu2),
+        ("sampling", sampling_mu2),
+    )
+    for name, mu2 in phases:
         eps = gdp_epsilon(math.sqrt(mu2), DELTA)
         assert f"epsilon {eps:.4g} alone" in text, name
     # Composition adds mu^2: the phases are the whole spend.
-    assert warm_mu2 + tuning_mu2 + sampling_mu2 == pytest.approx(a["dp_mu"] ** 2, rel=1e-9)
+    total = screen_mu2 + warm_mu2 + tuning_mu2 + sampling_mu2
+    assert total == pytest.approx(a["dp_mu"] ** 2, rel=1e-9)
     # Convergence computed from the released draws, as ArviZ computes it.
     rhat = float(az.rhat(idata.posterior)["m"])
     ess = float(az.ess(idata.posterior, method="bulk")["m"])

@@ -83,6 +83,7 @@ def test_clipped_fraction_is_noisy_when_private_and_exact_otherwise(normal_model
     assert exact.step(point)[1][0]["dp_clipped_fraction"] == 1.0
 
 
+@pytest.mark.slow
 def test_noise_does_not_follow_random_seed_unless_reproducible(normal_model):
     def draws(seed, reproducible):
         with normal_model:
@@ -109,8 +110,9 @@ def test_same_seed_same_draws_with_one_or_two_cores(normal_model):
         np.testing.assert_array_equal(out[1].posterior[var].values, out[2].posterior[var].values)
 
 
-def _accept_after_fork(step, point, conn):
-    conn.send(step.step(point)[1][0]["accept"])
+def _noise_after_fork(step, point, conn):
+    step.step(point)
+    conn.send(step._noise().standard_normal())  # the stream's next privacy-noise draw
     conn.close()
 
 
@@ -124,16 +126,18 @@ def test_private_noise_differs_between_forked_copies(normal_model):
         step = PenaltyMetropolis(noise_sd=10.0, clip=None, scaling=0.01, rng=9)
     step.step(point)  # the parent has created its noise generator
     ctx = mp.get_context("fork")
-    accepts = []
+    draws = []
     for _ in range(2):
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_accept_after_fork, args=(step, point, send))
+        proc = ctx.Process(target=_noise_after_fork, args=(step, point, send))
         proc.start()
-        accepts.append(recv.recv())
+        draws.append(recv.recv())
         proc.join()
-    accepts.append(step.step(point)[1][0]["accept"])
-    # sigma = 10 puts the penalised ratio near -50: accept < 1 and continuous in the noise.
-    assert len(set(accepts)) == 3 and max(accepts) < 1.0, accepts
+    step.step(point)
+    draws.append(step._noise().standard_normal())
+    # Read from the generator itself: the published `accept` sits on a coarse grid
+    # (pymc_penalty.privacy.precision) and no longer shows the noise to full precision.
+    assert len(set(draws)) == 3, draws
 
 
 @pytest.mark.slow
@@ -391,6 +395,7 @@ def _interleaved_accepts(copier) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_shallow_copies_of_a_step_never_compare_against_each_others_state():
     # The cached state lives with the per-row vectors in the shared PenaltyLikelihood: two
     # shallow copies alternating on different chains must give what independent copies give

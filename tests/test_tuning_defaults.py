@@ -199,6 +199,7 @@ def _normal_mean(n: int):
         (3000, 1.5, {"neighbours": "add_remove"}, 8),  # from the warm start's released count
     ],
 )
+@pytest.mark.slow
 def test_pp_sample_resolves_auto_chains_from_the_forecast(n, epsilon, extra, chains):
     kwargs = dict(draws=50, tune=10, cores=1, progressbar=False, compute_convergence_checks=False)
     with _normal_mean(n):

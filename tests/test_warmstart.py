@@ -13,6 +13,7 @@ import pymc_penalty as pp
 from pymc_penalty import PrivacyLedger
 from pymc_penalty.errors import WarmStartRefused
 from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.model.screen import SCREEN_SHARE
 from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_start_schedule
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
@@ -88,6 +89,7 @@ def test_each_step_is_paid_before_its_data_access(model, spy):
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     """clip='auto' adds a clipped count to every step after the first. The ledger's total is
     the sum of an independent list of every release's mu^2, built from the schedule here:
@@ -134,6 +136,7 @@ def test_a_fixed_clip_releases_no_count(model):
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_a_tiny_budget_gives_a_metric_not_a_crash(model, neighbours):
     """At a tiny budget the released mean log length is mostly noise (sd in the hundreds);
     unclipped it reached about -800 and exp() underflowed the first metric to a singular 0
@@ -152,6 +155,7 @@ def test_a_tiny_budget_gives_a_metric_not_a_crash(model, neighbours):
 
 
 @pytest.mark.parametrize(("grants", "steps_done"), [(0, 0), (2, 0), (3, 1), (4, 1), (6, 2)])
+@pytest.mark.slow
 def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, grants, steps_done):
     ledger = RecordingLedger(spy, grants=grants)
     with model, pytest.raises(WarmStartRefused):
@@ -161,6 +165,7 @@ def test_a_refusing_ledger_stops_the_warm_start_before_the_data(model, spy, gran
     assert spy[-1][0] == "refused"
 
 
+@pytest.mark.slow
 def test_warm_start_lands_near_the_mode_within_its_noise():
     """Normal mean, sd 1, prior N(0, 10^2): exact mode and Fisher information are known.
     The clip is stated in the metric of the estimated per-datapoint Fisher information (1
@@ -220,11 +225,15 @@ def test_report_composes_the_warm_start_with_every_chain_release(model):
         released = np.asarray(group["dp_released"].values, bool)
         chain_mu2 += float(np.sum(np.asarray(group["dp_mu"].values)[released] ** 2))
     assert idata.attrs["dp_releases"] == 2 * (20 + 30)
-    warm_mu2 = share * budget_mu2
+    # The screen of unevaluable rows spends its share first (issue 28); the warm start takes
+    # its share of what is left.
+    screen_mu2 = SCREEN_SHARE * budget_mu2
+    assert math.isclose(idata.attrs["dp_screen_mu"] ** 2, screen_mu2, rel_tol=1e-9)
+    warm_mu2 = share * (budget_mu2 - screen_mu2)
     # Two releases a step (gradient, curvature), one more in the first (the pilot's scale).
     assert idata.attrs["dp_warm_start_releases"] == 2 * WARM_START_STEPS + 1
     assert math.isclose(idata.attrs["dp_warm_start_mu"] ** 2, warm_mu2, rel_tol=1e-9)
-    total = _gdp_epsilon_closed_form(math.sqrt(warm_mu2 + chain_mu2), delta)
+    total = _gdp_epsilon_closed_form(math.sqrt(screen_mu2 + warm_mu2 + chain_mu2), delta)
     assert math.isclose(idata.attrs["dp_epsilon"], total, rel_tol=1e-6, abs_tol=1e-9)
     assert idata.attrs["dp_epsilon"] <= eps * (1 + 1e-9)
     # The warm start is part of the total: without it the epsilon would be clearly lower.

@@ -50,12 +50,14 @@ def _errors(model, mode, sd, seeds):
     return np.abs(out)
 
 
+@pytest.mark.slow
 def test_a_bernoulli_warm_start_lands(bernoulli):
     """Measured 0.04-0.71 posterior sd over seeds 0-7; 2.5 is over three times the largest."""
     errors = _errors(*bernoulli, range(4))
     assert np.all(errors < 2.5), errors
 
 
+@pytest.mark.slow
 def test_control_ties_at_the_bottom_of_the_log_range_leave_it_far(bernoulli, monkeypatch):
     """The must-fail control: ties counted at ``-LOG_CLIP`` (the old rule): 4.7-36 sds off
     over seeds 0-7 (seeds 0-3: 35.5, 7.2, 4.7, 7.2)."""

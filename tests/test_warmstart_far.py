@@ -57,6 +57,7 @@ def _errors(model, mode, sd, neighbours, seeds):
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_a_far_start_lands_within_a_few_posterior_sd(far, neighbours):
     """Measured over 20 seeds each (these settings): RMS 0.89 sd (largest 2.6) substitute-one,
     0.30 (largest 0.64) add/remove-one; a near start gets 0.06-0.37. Before: 3230-3810."""
@@ -102,6 +103,7 @@ def test_travelling_releases_nothing_more(far, neighbours, monkeypatch):
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
 @pytest.mark.parametrize("initval", [0.0, 13.0])
+@pytest.mark.slow
 def test_a_near_start_is_unchanged_bit_for_bit(initval, neighbours, monkeypatch):
     """Seeded: the same point, covariance and clips as with travelling switched off. From 13
     (1410 posterior sds, 3 clips) up to two steps are far, one short of travelling: with two
@@ -121,6 +123,7 @@ def test_a_near_start_is_unchanged_bit_for_bit(initval, neighbours, monkeypatch)
     assert outputs[0] == outputs[1]
 
 
+@pytest.mark.slow
 def test_the_near_check_can_fail(monkeypatch):
     """Travelling after two far steps changes the start from 13 (in some of four seeds): the
     bit-for-bit check above is not vacuous."""

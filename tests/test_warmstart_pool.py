@@ -58,6 +58,7 @@ def test_a_release_that_disagrees_beyond_its_noise_starts_a_new_pool():
 
 
 @pytest.mark.parametrize("pooled", [True, False])
+@pytest.mark.slow
 def test_pooling_halves_the_metric_error_at_a_small_budget(monkeypatch, pooled):
     """An anisotropic Gaussian (scales 0.1 to 10), n = 2e4, d = 5, mu = 0.1, 12 steps, 12 noise
     seeds: the largest log eigenvalue error of the estimated posterior covariance averages

@@ -237,6 +237,7 @@ def _commits_and_scoring(rows, relation, *, mu, steps, clip, seed):
 
 
 @pytest.mark.parametrize("relation", [SUB, ADD])
+@pytest.mark.slow
 def test_the_clipped_count_carries_the_noise_it_is_charged_for(relation):
     """Rows no longer than 2 and K rows of length 1e4: at any plausible metric and clip the
     last step's count is exactly K, so its released value minus K is the count's noise alone.
@@ -338,6 +339,7 @@ def test_found_clip_lands_on_a_logistic_regression_where_the_chi2_clip_is_biased
 
 
 @pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.slow
 def test_the_clip_target_scaled_by_mu_n_unbiases_a_log_scale(monkeypatch, scaled):
     """A Normal's log-scale score ``(y - m)^2 / s^2 - 1`` is skewed: a clip cuts its upper tail
     only and biases the scale low by about ``sqrt(n)`` times the clipped tail. n = 1e5, mu = 1,

@@ -84,6 +84,7 @@ def _rms_errors(model, mode, sd, epsilon, neighbours, seeds):
 
 
 @pytest.mark.parametrize(("neighbours", "epsilon"), [("substitute", 1.0), ("add_remove", 2.0)])
+@pytest.mark.slow
 def test_a_far_scale_lands_within_a_few_posterior_sd(far, neighbours, epsilon):
     """Tolerances about twice the 8-seed figures (module docstring; seeds 0-3 here)."""
     errors = _rms_errors(*far, epsilon, neighbours, range(4))
@@ -163,6 +164,7 @@ def small():
     return _small_scale()
 
 
+@pytest.mark.slow
 def test_a_scale_started_too_small_lands(small):
     """Fisher steps there are (10 / s)^4 too short; the secant stretch lengthens them. Measured
     (epsilon 2, delta 1e-6, 6 seeds): RMS 0.73, largest 0.99 posterior sd; 711 before."""
@@ -178,6 +180,7 @@ def test_control_without_the_stretch_the_small_scale_stays_far(small, monkeypatc
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+@pytest.mark.slow
 def test_a_near_scale_is_unchanged_by_the_stretch(neighbours, monkeypatch):
     """Near the mode the slopes are noise and the stretch never fires: bit-identical to no
     stretch; the control (every step stretched twice over) changes the output."""

@@ -27,7 +27,12 @@ The claimed per-release epsilon is the step's own per-step ``mu`` (its ``dp_mu``
 converted with :func:`pymc_penalty.accounting.gdp_epsilon`. Next to the bound the auditor also
 gives a white-box *estimate* of each Gaussian release's ``mu``, from Gaussian fits of the
 release under both data sets (the ``accept`` statistic is the released log ratio, censored at
-0); an estimate is not a bound.
+0); an estimate is not a bound. The verdict (:attr:`AuditResult.exceeds_claim`) fails the
+mechanism when the black-box bound exceeds the claim, *or* when an estimate exceeds the claimed
+``mu`` beyond its own uncertainty: ``mu_estimate - z * mu_se > claimed_mu``, with ``z`` chosen so
+that an honest mechanism fails with probability at most ``WHITE_BOX_FALSE_FAIL`` (1e-3) over all
+fitted outputs. A step whose noise is 1.5 times too small fails it at 1e4 runs, where the bound
+alone would not show it.
 
 Audit synthetic or worst-case data sets, never the real data you mean to protect: every run is
 a release outside any ledger.
@@ -57,7 +62,7 @@ from pymc_penalty.audit.engine import (
     audit_releases,
     substitute_record,
 )
-from pymc_penalty.audit.stats import epsilon_lower_bound, gaussian_mu_estimate
+from pymc_penalty.audit.stats import epsilon_lower_bound, gaussian_mu_estimate, gaussian_mu_fit
 from pymc_penalty.errors import NotPrivateWarning
 
 # The public names defined in the private modules are documented here, under this module.
@@ -69,6 +74,7 @@ for _public in (
     substitute_record,
     epsilon_lower_bound,
     gaussian_mu_estimate,
+    gaussian_mu_fit,
 ):
     _public.__module__ = __name__
 del _public
@@ -82,6 +88,7 @@ __all__ = [
     "audit_warm_start",
     "epsilon_lower_bound",
     "gaussian_mu_estimate",
+    "gaussian_mu_fit",
     "substitute_record",
 ]
 

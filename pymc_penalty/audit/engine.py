@@ -11,10 +11,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pymc_penalty.audit.stats import (
+    WHITE_BOX_FALSE_FAIL,
     _as_column,
     _epsilon,
     _gaussian_estimate,
     _threshold_audit,
+    white_box_z,
 )
 
 #: Gaussian fits the step outputs get: ``accept`` is ``exp(min(0, log ratio))`` with a
@@ -50,6 +52,13 @@ class OutputAudit(NamedTuple):
         estimate, not a bound.
     epsilon_estimate : float
         ``gdp_epsilon(mu=mu_estimate, delta=delta)`` (NaN when not fitted).
+    mu_se : float
+        Standard error of ``mu_estimate``, from the fit's own information (NaN when not
+        fitted).
+    mu_lower : float
+        ``mu_estimate - z * mu_se``, a lower confidence bound on the release's ``mu``; ``z``
+        makes the chance that any fitted output of an honest mechanism lands above its
+        ``mu`` at most ``WHITE_BOX_FALSE_FAIL`` (1e-3) in all (NaN when not fitted).
     """
 
     name: str
@@ -58,6 +67,8 @@ class OutputAudit(NamedTuple):
     beta_upper: float
     mu_estimate: float
     epsilon_estimate: float
+    mu_se: float = math.nan
+    mu_lower: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -100,9 +111,29 @@ class AuditResult:
     confidence: float
 
     @property
-    def exceeds_claim(self) -> bool:
-        """True when the lower bound refutes the claim (``epsilon_lb > claimed_epsilon``)."""
+    def bound_exceeds_claim(self) -> bool:
+        """True when the black-box lower bound refutes the claim
+        (``epsilon_lb > claimed_epsilon``)."""
         return self.epsilon_lb > self.claimed_epsilon
+
+    @property
+    def estimate_exceeds_claim(self) -> bool:
+        """True when a white-box estimate exceeds the claim beyond its own uncertainty
+        (``mu_lower > claimed_mu``): an honest mechanism does so with probability at most
+        ``WHITE_BOX_FALSE_FAIL`` (1e-3)."""
+        return self.mu_lower > self.claimed_mu
+
+    @property
+    def exceeds_claim(self) -> bool:
+        """The verdict: True (the audit fails) when the black-box lower bound refutes the
+        claim or a white-box estimate exceeds it beyond its own uncertainty."""
+        return self.bound_exceeds_claim or self.estimate_exceeds_claim
+
+    @property
+    def mu_lower(self) -> float:
+        """The largest white-box lower confidence bound on a release's ``mu`` (NaN if none)."""
+        values = [o.mu_lower for o in self.outputs if not math.isnan(o.mu_lower)]
+        return max(values) if values else math.nan
 
     @property
     def mu_estimate(self) -> float:
@@ -119,7 +150,9 @@ class AuditResult:
             f"  claimed per-release epsilon {_fmt(self.claimed_epsilon)} "
             f"(mu = {_fmt(self.claimed_mu)})\n"
         )
-        rows = [("output", "eps lower bound", "alpha_upper", "beta_upper", "mu estimate")]
+        rows = [
+            ("output", "eps lower bound", "alpha_upper", "beta_upper", "mu estimate", "mu lower")
+        ]
         for o in self.outputs:
             rows.append(
                 (
@@ -128,6 +161,7 @@ class AuditResult:
                     f"{o.alpha_upper:.3g}",
                     f"{o.beta_upper:.3g}",
                     "-" if math.isnan(o.mu_estimate) else _fmt(o.mu_estimate),
+                    "-" if math.isnan(o.mu_lower) else _fmt(o.mu_lower),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -135,8 +169,14 @@ class AuditResult:
             ("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
             for r in rows
         ]
-        verdict = "EXCEEDS the claim" if self.exceeds_claim else "below the claim"
+        verdict = "EXCEEDS the claim" if self.bound_exceeds_claim else "below the claim"
         tail = f"\n  empirical lower bound {_fmt(self.epsilon_lb)}: {verdict}"
+        if not math.isnan(self.mu_lower):
+            verdict = "EXCEEDS the claim" if self.estimate_exceeds_claim else "below the claim"
+            tail += (
+                f"\n  white-box mu lower bound {_fmt(self.mu_lower)} (false fail <= "
+                f"{WHITE_BOX_FALSE_FAIL:g}): {verdict}"
+            )
         if self.uninformative:
             tail += f"\n  constant and equal on both data sets: {', '.join(self.uninformative)}"
         return head + "\n".join(lines) + tail
@@ -291,14 +331,18 @@ def _audit_columns(
     # Bonferroni: two rates per informative output share 1 - confidence.
     level = 1.0 - (1.0 - confidence) / (2.0 * max(len(prepared), 1))
     rng = np.random.default_rng(seed)
+    kinds = [
+        next((gaussian[m] for m in members if m in gaussian), None) for _, members, *_ in prepared
+    ]
+    # The white-box verdict's z: WHITE_BOX_FALSE_FAIL shared over every fitted output.
+    z = white_box_z(sum(k is not None for k in kinds))
     outputs = []
-    for prefix, members, cols_a, cols_b in prepared:
+    for (prefix, members, cols_a, cols_b), kind in zip(prepared, kinds, strict=True):
         a, b = _as_column(cols_a[members[0]]), _as_column(cols_b[members[0]])
         eps_lb, alpha_u, beta_u = _threshold_audit(a, b, delta=delta, level=level, rng=rng)
-        kind = next((gaussian[m] for m in members if m in gaussian), None)
-        mu_hat = math.nan
+        mu_hat, mu_se = math.nan, math.nan
         if kind is not None:
-            mu_hat = _gaussian_estimate(kind, cols_a[members[0]], cols_b[members[0]])
+            mu_hat, mu_se = _gaussian_estimate(kind, cols_a[members[0]], cols_b[members[0]])
         outputs.append(
             OutputAudit(
                 prefix + " = ".join(members),
@@ -307,6 +351,8 @@ def _audit_columns(
                 beta_u,
                 mu_hat,
                 _epsilon(delta, mu_hat),
+                mu_se,
+                mu_hat - z * mu_se,
             )
         )
     outputs.sort(key=lambda o: -o.epsilon_lb)

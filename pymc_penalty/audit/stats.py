@@ -11,9 +11,14 @@ import numpy as np
 from scipy import optimize, stats
 
 from pymc_penalty.accounting import composed_epsilon
+from pymc_penalty.privacy.precision import ACCEPT_GRID
 
 #: Most candidate thresholds tried per output on the selection half.
 _MAX_THRESHOLDS = 2000
+#: Probability that the white-box verdict fails an honest mechanism (shared by Bonferroni over
+#: the fitted outputs): a fit whose estimate exceeds the claim by more than its standard error
+#: times ``Phi^-1(1 - WHITE_BOX_FALSE_FAIL / fitted)`` fails the audit.
+WHITE_BOX_FALSE_FAIL = 1e-3
 
 # --- statistics -----------------------------------------------------------------------------
 
@@ -141,7 +146,7 @@ def gaussian_mu_estimate(
     Fits ``N(m, s^2)`` and ``N(m', s^2)`` (one common sd, as a Gaussian mechanism has) by
     maximum likelihood and returns ``|m - m'| / s``. With ``censor_above``, values at or
     above it are treated as right-censored there (a Tobit fit). This is an *estimate* of the
-    mechanism's ``mu``, not a bound.
+    mechanism's ``mu``, not a bound; :func:`gaussian_mu_fit` also gives its standard error.
 
     Parameters
     ----------
@@ -155,30 +160,63 @@ def gaussian_mu_estimate(
     float
         The estimate (NaN when it cannot be fitted).
     """
+    return gaussian_mu_fit(samples, samples_prime, censor_above=censor_above)[0]
+
+
+def gaussian_mu_fit(
+    samples: Any,
+    samples_prime: Any,
+    *,
+    censor_above: float | None = None,
+    censor_below: float | None = None,
+) -> tuple[float, float]:
+    """:func:`gaussian_mu_estimate` and its standard error, from the fit's own information.
+
+    Without censoring the error is the delta method's on ``|m - m'| / s`` with the pooled sd:
+    ``sqrt(1/N + 1/N' + mu^2 / (2 (N + N' - 2)))``. With censoring it is the delta method's on
+    the inverse of the observed information (the numerical Hessian of the negative log
+    likelihood at the fit, in ``(m, m', log s)``).
+
+    ``censor_below`` (with ``censor_above``) also treats values below it (``-inf`` included)
+    as left-censored there: ``log(accept)`` of an ``accept`` published as 0 on its grid.
+
+    Returns
+    -------
+    (float, float)
+        ``(estimate, standard error)``; NaN where it cannot be fitted.
+    """
     a = np.asarray(samples, dtype=np.float64).ravel()
     b = np.asarray(samples_prime, dtype=np.float64).ravel()
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    lo = -math.inf if censor_below is None else float(censor_below)
+    # Below censor_below (-inf included: log of an accept published as 0) is censored there.
+    low_a, low_b = int(np.sum(a < lo)), int(np.sum(b < lo))
+    a, b = a[np.isfinite(a) & (a >= lo)], b[np.isfinite(b) & (b >= lo)]
+    nan = (math.nan, math.nan)
     if a.size < 3 or b.size < 3:
-        return math.nan
+        return nan
     if censor_above is None:
         s2 = (np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / (a.size + b.size - 2)
         if s2 <= 0.0:
-            return math.inf if a.mean() != b.mean() else math.nan
-        return float(abs(a.mean() - b.mean()) / math.sqrt(s2))
+            return (math.inf, 0.0) if a.mean() != b.mean() else nan
+        mu = float(abs(a.mean() - b.mean()) / math.sqrt(s2))
+        var = 1.0 / a.size + 1.0 / b.size + mu * mu / (2.0 * (a.size + b.size - 2))
+        return mu, math.sqrt(var)
     c = float(censor_above)
     obs_a, obs_b = a[a < c], b[b < c]
     cens_a, cens_b = int(np.sum(a >= c)), int(np.sum(b >= c))
     if obs_a.size < 2 or obs_b.size < 2:
-        return math.nan
+        return nan
 
     def nll(p: np.ndarray) -> float:
         m_a, m_b, log_s = p
         s = math.exp(log_s)
         out = 0.0
-        for obs, cens, m in ((obs_a, cens_a, m_a), (obs_b, cens_b, m_b)):
+        for obs, cens, low, m in ((obs_a, cens_a, low_a, m_a), (obs_b, cens_b, low_b, m_b)):
             out -= float(np.sum(stats.norm.logpdf(obs, m, s)))
             if cens:
                 out -= cens * float(stats.norm.logsf(c, m, s))
+            if low:
+                out -= low * float(stats.norm.logcdf(lo, m, s))
         return out
 
     pooled = np.concatenate([obs_a - obs_a.mean(), obs_b - obs_b.mean()])
@@ -187,15 +225,48 @@ def gaussian_mu_estimate(
         nll, start, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-6}
     )
     m_a, m_b, log_s = fit.x
-    return float(abs(m_a - m_b) / math.exp(log_s))
+    s = math.exp(log_s)
+    mu = float(abs(m_a - m_b) / s)
+    hess = _hessian(nll, fit.x, np.array([1e-3 * s, 1e-3 * s, 1e-3]))
+    grad = np.array([1.0, -1.0, -(m_a - m_b)]) / s * math.copysign(1.0, m_a - m_b)
+    try:
+        var = float(grad @ np.linalg.solve(hess, grad))
+    except np.linalg.LinAlgError:
+        return mu, math.nan
+    return mu, math.sqrt(var) if var > 0.0 else math.nan
 
 
-def _gaussian_estimate(kind: str, a: np.ndarray, b: np.ndarray) -> float:
+def _hessian(f: Any, x: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Central-difference Hessian of ``f`` at ``x`` with steps ``h``."""
+    k = x.size
+    out = np.empty((k, k))
+    for i in range(k):
+        for j in range(i, k):
+            ei, ej = np.eye(k)[i] * h[i], np.eye(k)[j] * h[j]
+            val = (f(x + ei + ej) - f(x + ei - ej) - f(x - ei + ej) + f(x - ei - ej)) / (
+                4.0 * h[i] * h[j]
+            )
+            out[i, j] = out[j, i] = val
+    return out
+
+
+def white_box_z(fitted: int, false_fail: float = WHITE_BOX_FALSE_FAIL) -> float:
+    """The one-sided normal quantile of the white-box verdict: ``false_fail`` shared over
+    ``fitted`` estimates (Bonferroni), so that an honest mechanism fails with probability at
+    most ``false_fail`` (asymptotically, the estimates being normal)."""
+    return float(stats.norm.isf(false_fail / max(int(fitted), 1)))
+
+
+def _gaussian_estimate(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     if kind == "identity":
-        return gaussian_mu_estimate(a, b)
+        return gaussian_mu_fit(a, b)
     if kind == "log-censored":
+        # An accept published as 0 on its grid (pymc_penalty.privacy.precision) was below one grid
+        # step: left-censored there, not dropped.
         with np.errstate(divide="ignore"):
-            return gaussian_mu_estimate(np.log(a), np.log(b), censor_above=0.0)
+            return gaussian_mu_fit(
+                np.log(a), np.log(b), censor_above=0.0, censor_below=math.log(ACCEPT_GRID)
+            )
     raise ValueError(f"Unknown Gaussian fit {kind!r}; use 'identity' or 'log-censored'.")
 
 

@@ -19,7 +19,6 @@ from pymc_penalty.contamination.empirical import STATEMENT, EmpiricalPrivacy
 from pymc_penalty.contamination.mechanism import TAG
 from pymc_penalty.errors import ModelNotPrivateError
 from pymc_penalty.model.checks import (
-    check_model_data,
     data_dependent_variables,
     data_dims,
     data_sources,
@@ -110,7 +109,6 @@ def sample_contaminated(
             raise ValueError(f"`{key}` is fixed by sample_contaminated (one chain).")
     model = pm.modelcontext(model)
     tags = _check_model(model)
-    check_model_data(model)
     n = n_datapoints(model)
     with model:
         idata = pm.sample(

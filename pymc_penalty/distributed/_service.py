@@ -5,15 +5,22 @@ owner's rows there, with the owner's loader, fills the model's ``pm.Data`` conta
 them and compiles the likelihood on the worker: the model travels without rows and the rows
 never leave. Per release it
 
-1. checks the step id (``(run, step)``, strictly increasing per run) against its journal:
-   a retried id with the same points returns the identical value without a new charge (the
-   noise comes from a counter-based generator keyed by the owner's secret and the id, and
-   the clipped sum is a deterministic function of the rows and the points); the same id with
-   other points is refused;
+1. checks the step id (``(run, step)``, strictly increasing per run) against its journal,
+   re-read from the file under the journal's lock (so every service on one owner ledger, and
+   every driver talking to them, sees the others' steps): a retried id with the same request
+   returns the identical value without a new charge; the same id with another request is
+   refused;
 2. charges its own ledger (a file on the owner's side) for every chain of the call *before*
-   it reads a row, and journals the id;
+   it reads a row, and journals the id, still under the journal's lock;
 3. releases, per chain, its clipped sum plus Gaussian noise and, where asked, its clip count
    plus noise. Nothing else leaves: not the per-row values, not the row count.
+
+The noise comes from a counter-based generator keyed by the owner's secret and the digest of
+the *whole request* (run, step, points, bounds, noise sds, declared costs), not by the step id
+alone. Two different requests therefore never share noise, whatever the journal says (a line
+lost to a crash, a second service that has not read it yet): the difference of two releases
+always carries the noise of both. An identical request gets the identical value, which
+reveals nothing new; every distinct request was charged when it was first journaled.
 
 The secret and the journal live beside the ledger file, so a restarted owner keeps them: a
 resumed run neither charges completed steps twice nor forgets them.
@@ -21,12 +28,14 @@ resumed run neither charges completed steps twice nor forgets them.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +44,9 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.errors import OwnerSideError
-from pymc_penalty.model.checks import check_model_data
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.privacy.precision import snap_count
 
 __all__ = [
     "OwnerService",
@@ -85,7 +94,7 @@ def load_secret(path: Path) -> bytes:
 
 
 def digest(*arrays: np.ndarray) -> str:
-    """A release's identity: the digest of its points, bounds and noise (public inputs)."""
+    """A request's identity: the digest of its points, bounds and noise (public inputs)."""
     h = hashlib.blake2b(digest_size=16)
     for a in arrays:
         a = np.ascontiguousarray(a, dtype=np.float64)
@@ -154,8 +163,8 @@ class RowsService:
                     f"{kind} {name!r}: array {key!r} must have the placeholder's trailing "
                     f"shape {placeholder.shape[1:]} (columns); it differs."
                 )
-            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                raise OwnerSideError(f"{kind} {name!r}: array {key!r} holds NaN or inf.")
+            # NaN or inf is not refused (issue 28: a refusal would tell the driver, for free,
+            # that a record is invalid): the row's ratio adds 0 and counts as clipped.
             lengths.add(value.shape[0] if value.ndim else 1)
         if len(lengths) != 1 or 0 in lengths:
             # Row counts are not printed: under add/remove-one neighbours they are private.
@@ -255,12 +264,9 @@ class OwnerService(RowsService):
         self._journal_path = ledger.with_name(ledger.name + ".journal")
         self._journal: dict[tuple[str, int], str] = {}
         self._last: dict[str, int] = {}
-        if self._journal_path.exists():
-            for line in self._journal_path.read_text().splitlines():
-                entry = json.loads(line)
-                key = (entry["run"], int(entry["step"]))
-                self._journal[key] = entry["digest"]
-                self._last[key[0]] = max(self._last.get(key[0], -1), key[1])
+        self._journal_read = 0  # bytes of the journal file read into the two dicts above
+        with self._journal_locked() as fd:
+            self._read_journal(fd)
 
     # --- what the driver may ask -------------------------------------------------------
 
@@ -296,34 +302,44 @@ class OwnerService(RowsService):
         sigmas = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (x0s.shape[0],))
         step_digest = digest(x0s, x1s, bounds, sigmas, np.array([count_sd]), mu2)
         key = (str(run), int(step))
-        retried = key in self._journal
-        if retried and self._journal[key] != step_digest:
-            raise OwnerSideError(
-                f"Owner {self.name!r}: step {key} was already released for other points; "
-                "a step id is used once."
-            )
-        if not retried:
-            self._check_cost(bounds, sigmas, count_sd, mu2)
-            if key[1] <= self._last.get(key[0], -1):
+        # Decided and journaled under the journal's lock, after reading what other services
+        # on this ledger journaled: one id is released for one request only.
+        with self._journal_locked() as fd:
+            self._read_journal(fd)
+            retried = key in self._journal
+            if retried and self._journal[key] != step_digest:
                 raise OwnerSideError(
-                    f"Owner {self.name!r}: step ids must increase; {key} comes after "
-                    f"step {self._last[key[0]]} of this run."
+                    f"Owner {self.name!r}: step {key} was already released for other points; "
+                    "a step id is used once."
                 )
-            if not self._ledger.try_spend(float(np.sum(mu2))):
-                return {"released": False, "sums": None, "counts": None}
-            # Flushed, not synced: the charge above is what must survive (the ledger syncs
-            # it); a journal line lost to a power failure only makes a retry pay again.
-            with open(self._journal_path, "a") as f:
-                f.write(json.dumps({"run": key[0], "step": key[1], "digest": step_digest}) + "\n")
-            self._journal[key] = step_digest
-            self._last[key[0]] = key[1]
-        # The budget is committed (now or when the id was first seen): the rows may be read.
-        noise = keyed_noise(self._secret, key)
+            if not retried:
+                self._check_cost(bounds, sigmas, count_sd, mu2)
+                if key[1] <= self._last.get(key[0], -1):
+                    raise OwnerSideError(
+                        f"Owner {self.name!r}: step ids must increase; {key} comes after "
+                        f"step {self._last[key[0]]} of this run."
+                    )
+                if not self._ledger.try_spend(float(np.sum(mu2))):
+                    return {"released": False, "sums": None, "counts": None}
+                # Flushed, not synced: the charge above is what must survive (the ledger
+                # syncs it). A journal line lost to a power failure makes a retry pay again,
+                # and the other request it then admits gets noise of its own (see _noise).
+                line = json.dumps({"run": key[0], "step": key[1], "digest": step_digest}) + "\n"
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = "\n" + line  # end a torn line first, so this one parses
+                os.write(fd, line.encode())
+                self._journal[key] = step_digest
+                self._last[key[0]] = key[1]
+        # The budget is committed (now or when the request was first seen): rows may be read.
+        noise = self._noise(key, step_digest)
         sums, counts = self.clipped_sums(x0s, x1s, bounds)
         for c in range(x0s.shape[0]):
             sums[c] += sigmas[c] * noise.standard_normal()
             z = noise.standard_normal()
-            counts[c] = counts[c] + count_sd * z if math.isfinite(count_sd) else math.nan
+            # The count on its published grid (pymc_penalty.privacy.precision); the sums are not
+            # published by the driver (only the accept decision's grid value is).
+            counts[c] = snap_count(counts[c] + count_sd * z) if math.isfinite(count_sd) else np.nan
         return {"released": True, "sums": sums, "counts": counts}
 
     # --- internals ---------------------------------------------------------------------
@@ -344,11 +360,52 @@ class OwnerService(RowsService):
                 "costs under the owner's neighbour relation; nothing was charged or released."
             )
 
+    def _noise(self, key: tuple[str, int], digest: str) -> np.random.Generator:
+        """A counter-based generator keyed by the owner's secret and the whole request (step
+        id and request digest): an identical request draws the same noise, so its release is
+        identical and reveals nothing new; any other request draws independent noise, so two
+        releases never cancel each other's noise, even where the journal was lost."""
+        return keyed_noise(self._secret, key, digest)
 
-def keyed_noise(secret: bytes, key: tuple[str, int]) -> np.random.Generator:
-    """A counter-based generator keyed by a secret and a step id ``(run, step)``: a retried
-    id draws the same noise, so its release is identical and costs nothing more."""
-    h = hashlib.blake2b(f"{key[0]}/{key[1]}".encode(), key=secret, digest_size=16)
+    @contextmanager
+    def _journal_locked(self) -> Iterator[int]:
+        """The journal file, open for appending under an exclusive ``flock`` (every service
+        on this owner ledger takes it before it decides and journals a release). The ledger's
+        own lock is on another file, so charging inside it cannot deadlock."""
+        fd = os.open(self._journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)  # also releases the flock
+
+    def _read_journal(self, fd: int) -> None:
+        """Read the journal lines written since the last read (by any service). A line that
+        does not parse (torn by a crash) is skipped: it only makes a retry pay again."""
+        size = os.fstat(fd).st_size
+        if size <= self._journal_read:
+            return
+        raw = os.pread(fd, size - self._journal_read, self._journal_read)
+        end = raw.rfind(b"\n") + 1  # complete lines only; a torn tail is read once completed
+        for line in raw[:end].splitlines():
+            try:
+                entry = json.loads(line)
+                key = (str(entry["run"]), int(entry["step"]))
+                digest = str(entry["digest"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            self._journal[key] = digest
+            self._last[key[0]] = max(self._last.get(key[0], -1), key[1])
+        self._journal_read += end
+
+
+def keyed_noise(secret: bytes, key: tuple[str, int], request: str) -> np.random.Generator:
+    """A counter-based generator keyed by a secret, a step id ``(run, step)`` and the digest of
+    the whole request: an identical request draws the same noise, so its release is identical
+    and reveals nothing new; any other request draws independent noise, so two releases never
+    cancel each other's noise, even where a journal was lost."""
+    label = json.dumps([key[0], key[1], request]).encode()  # injective in its three parts
+    h = hashlib.blake2b(label, key=secret, digest_size=16)
     return np.random.Generator(np.random.Philox(key=int.from_bytes(h.digest(), "little")))
 
 
@@ -360,8 +417,9 @@ class ShardService(RowsService):
     draw per release and has charged its ledger before it asked (see
     :class:`~pymc_penalty.distributed.shards.ShardPool`). Its reply is one float and one
     count per chain, whatever its number of rows. The data of the table are checked here,
-    after loading (:func:`~pymc_penalty.model.checks.check_model_data`: finite values, count
-    likelihoods' support), with messages that name the array, never a value.
+    only for their shape (columns, one row count); NaN or inf is not refused (a row's ratio
+    then adds 0 and counts as clipped), as for owners: a refusal would tell, for free, that a
+    record is invalid.
 
     It counts how often each step id was computed (:meth:`computed`): a measurement of
     re-executed calls, which the driver's journal makes harmless (a step's noise is keyed by
@@ -381,10 +439,6 @@ class ShardService(RowsService):
         super().__init__(
             name, model_bytes, value_names, point, loader, driver_pid, compile_kwargs, "Shard"
         )
-        try:
-            check_model_data(self._model)
-        except ValueError as exc:  # the gate's messages name variables, never values
-            raise OwnerSideError(f"Shard {name!r}: {exc}") from None
         self._computed: dict[tuple[str, int], int] = {}
 
     def partial_sums(

@@ -10,11 +10,12 @@ one shard's partial sum by at most the clip bound, so the sensitivity is the in-
 
 No silent second release. The driver's noise for step ``(run, step)`` comes from a
 counter-based generator keyed by a secret (drawn once from OS entropy, kept beside the run
-ledger as ``<ledger_path>.key``) and the step id, and the digest of the step's points is
-journaled before the noise is added. A step computed again (a retried call, a re-executed
-task, a resumed run) therefore returns the *identical* release, and the same id with other
-points is refused: the same noise is never added to two different sums. Dask's retries are
-off (``allowed-failures = 0``); actor calls are never re-run.
+ledger as ``<ledger_path>.key``), the step id and the digest of the step's request (points,
+bounds, noise sds), as an owner's; that digest is journaled before the noise is added. A
+step computed again (a retried call, a re-executed task, a resumed run) therefore returns the
+*identical* release; the same id with other points is refused, and were its journal line
+lost, it would get independent noise: the same noise is never added to two different sums.
+Dask's retries are off (``allowed-failures = 0``); actor calls are never re-run.
 
 :func:`sample_sharded` runs the penalty chain through a pool (also ``pp.sample(shards=...)``).
 """
@@ -35,6 +36,7 @@ from pymc_penalty.distributed._service import ShardService, digest, keyed_noise,
 from pymc_penalty.distributed._setup import Journal
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool
 from pymc_penalty.errors import ShardError
+from pymc_penalty.privacy.precision import snap_count
 
 __all__ = ["ShardPool", "driver_secret", "shard_loaders"]
 
@@ -286,11 +288,12 @@ class ShardPool(ActorPool):
         # Every shard answered: the step's points are journaled before its noise is drawn.
         if known is None:
             self.journal.add({"run": self.run, "step": step, "digest": step_digest})
-        noise = keyed_noise(self._secret, key)
+        noise = keyed_noise(self._secret, key, step_digest)
         for c in range(chains):
             sums[c] += sigma[c] * noise.standard_normal()
             z = noise.standard_normal()
-            counts[c] = counts[c] + count_sd * z if np.isfinite(count_sd) else np.nan
+            # The count on its published grid, as an owner's (pymc_penalty.privacy.precision).
+            counts[c] = snap_count(counts[c] + count_sd * z) if np.isfinite(count_sd) else np.nan
         return sums[None, :], counts[None, :]
 
     def computed(self) -> dict[str, dict[str, int]]:

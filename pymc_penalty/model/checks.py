@@ -26,16 +26,14 @@ from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_penalty.errors import InvalidDataError, ModelNotPrivateError, RowCouplingError
+from pymc_penalty.errors import ModelNotPrivateError, RowCouplingError
 from pymc_penalty.model.locality import (
-    array_value,
     carries_records,
     check_row_locality,
     holds_records,
 )
 
 __all__ = [
-    "check_model_data",
     "ModelNotPrivateError",
     "check_initvals",
     "carries_records",
@@ -44,7 +42,10 @@ __all__ = [
     "data_dims",
     "data_sources",
     "depends_on_data",
+    "check_min_rows",
     "n_datapoints",
+    "reads_array_constant",
+    "rule_rows",
     "validate_model",
 ]
 
@@ -89,6 +90,59 @@ def n_datapoints(model: pm.Model) -> int:
             "so that datapoint i is row i of every one of them; their row counts differ."
         )
     return next(iter(lengths.values()))
+
+
+def check_min_rows(min_rows: object) -> int | None:
+    """``min_rows`` as an int ``>= 2``, or None.
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    from pymc_penalty.validation import check_integer
+
+    return None if min_rows is None else check_integer("min_rows", min_rows, low=2)
+
+
+def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
+    """The row count the gate's shape rules compare lengths with.
+
+    Under substitute-one ``n`` is public and the rules use it. Under add/remove-one ``n`` is
+    private: a rule that compares a length with ``n`` (an axis of at least ``n / 2`` is data;
+    a published length within one of ``n`` is refused; fewer than two rows skip the probes)
+    answers a membership question for free (issue 28: 42 parameters were accepted at
+    ``n = 40`` and refused at ``n = 41``). With ``min_rows``, a public lower bound on ``n``,
+    the rules use ``min_rows`` instead, and every decision is a function of public inputs
+    only. A table with fewer rows than the bound is outside the stated domain and refused
+    (the message names ``min_rows``, never ``n``).
+
+    Parameters
+    ----------
+    n : int
+        The datapoint count.
+    add_remove : bool
+        Whether the guarantee is for add/remove-one neighbours.
+    min_rows : int or None
+        Public lower bound on ``n`` (used under add/remove-one only).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ModelNotPrivateError
+        Under add/remove-one, when the table has fewer rows than ``min_rows``.
+    """
+    if not add_remove or min_rows is None:
+        return n
+    if n < min_rows:
+        raise ModelNotPrivateError(
+            f"The table has fewer rows than `min_rows` = {min_rows}, the public lower bound "
+            "on the number of rows the guarantee is stated for. Lower `min_rows` (it must be "
+            "fixed without looking at the table)."
+        )
+    return int(min_rows)
 
 
 def data_sources(model: pm.Model) -> list[Variable]:
@@ -138,11 +192,37 @@ def depends_on_data(
     )
 
 
+def reads_array_constant(outputs: Sequence[Variable]) -> bool:
+    """Whether ``outputs`` read a constant array of two or more distinct values (not through
+    a shape only).
+
+    Whatever its length: a slice of a record array of any length is caught (issue 28: three
+    Deterministics ``a * 0 + y[100 * i : 100 * (i + 1)]``, each shorter than ``n / 2``,
+    published all 300 records). A scalar is not caught: a number computed from the table
+    cannot be told from a public one, which is why the trust boundary (docs/threat-model.md)
+    puts records that reach the graph outside the declared containers outside the guarantee.
+    """
+    for var in _ancestors(list(outputs), through_shapes=False):
+        if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
+            flat = np.asarray(var.data).reshape(-1)
+            if flat.size >= 2 and flat.dtype.kind in "biufc" and not bool(np.all(flat == flat[0])):
+                return True
+    return False
+
+
 def data_dependent_deterministics(model: pm.Model, n: int | None = None) -> list[str]:
-    """Names of Deterministics whose value depends on data (exact, so never to be released)."""
+    """Names of Deterministics that are never released: those whose value depends on data
+    (exact), and those that read a constant array (:func:`reads_array_constant`): a
+    Deterministic is published only if it reads free variables, scalars and filled arrays,
+    so no slicing of an array written into the graph can publish it. Compute quantities of
+    public arrays from the published posterior instead."""
     n = n_datapoints(model) if n is None else n
     sources = data_sources(model)
-    return [d.name for d in model.deterministics if depends_on_data([d], sources, n)]
+    return [
+        d.name
+        for d in model.deterministics
+        if depends_on_data([d], sources, n) or reads_array_constant([d])
+    ]
 
 
 def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]:
@@ -159,11 +239,12 @@ def data_dependent_variables(model: pm.Model, n: int | None = None) -> list[str]
     return names
 
 
-def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
+def data_dims(model: pm.Model, n: int | None = None, *, bounded: bool = False) -> list[str]:
     """Dimensions whose coordinates label records (record ids are data too).
 
     The dims of observed variables and ``pm.Data`` containers, and any model coordinate as
-    long as the data (``n``).
+    long as the data (``n``); with ``bounded`` (``n`` is then a public lower bound on the
+    count), any coordinate at least ``n - 1`` long.
     """
     n = n_datapoints(model) if n is None else n
     dims: set[str] = set()
@@ -171,7 +252,7 @@ def data_dims(model: pm.Model, n: int | None = None) -> list[str]:
     for var in [*model.observed_RVs, *model.data_vars]:
         dims.update(d for d in named.get(var.name, ()) if d is not None)
     for name, values in model.coords.items():
-        if values is not None and len(values) == n:
+        if values is not None and (len(values) >= n - 1 if bounded else len(values) == n):
             dims.add(name)
     dims.update(_data_indexed_dims(model, n))
     return sorted(dims)
@@ -224,7 +305,7 @@ def _refuse_summaries_in_pm_data(model: pm.Model, n: int) -> None:
         )
 
 
-def check_initvals(model: pm.Model, initvals: object) -> None:
+def check_initvals(model: pm.Model, initvals: object, n: int | None = None) -> None:
     """Refuse ``pm.sample`` initial values that could carry data (before anything is spent).
 
     ``initvals`` (a mapping, or one per chain) reaches the chain without noise: a symbolic
@@ -240,7 +321,7 @@ def check_initvals(model: pm.Model, initvals: object) -> None:
     """
     if initvals is None:
         return
-    n = n_datapoints(model)
+    n = n_datapoints(model) if n is None else n  # or the rules' count (rule_rows)
     sources = data_sources(model)
     per_chain = [initvals] if isinstance(initvals, dict) else list(initvals)
     for chain_values in per_chain:
@@ -264,8 +345,20 @@ def check_initvals(model: pm.Model, initvals: object) -> None:
                 )
 
 
-def _near_n(shape: Sequence[int], n: int) -> bool:
-    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on)."""
+def _as_long(bounded: bool) -> str:
+    """How a near-n refusal describes the axis (never printing n)."""
+    return "at least `min_rows` - 1 long (it could be" if bounded else "as long as the data (it is"
+
+
+def _near_n(shape: Sequence[int], n: int, bounded: bool = False) -> bool:
+    """Whether an axis could be the datapoint count (``n``, or ``n +- 1`` from 20 rows on).
+
+    With ``bounded`` (``n`` is then the public lower bound ``min_rows``): whether an axis is
+    at least ``n - 1``, that is, could be the count or one off it for some table allowed by
+    the bound.
+    """
+    if bounded:
+        return any(int(s) >= n - 1 for s in shape)
     return any(int(s) == n or (n >= 20 and abs(int(s) - n) <= 1) for s in shape)
 
 
@@ -275,6 +368,7 @@ def _refuse_published_axes_near_n(
     sources: Sequence[Variable],
     n: int,
     point: dict[str, np.ndarray],
+    bounded: bool = False,
 ) -> None:
     """Under add/remove-one, refuse published outputs that have an axis as long as the data.
 
@@ -288,21 +382,25 @@ def _refuse_published_axes_near_n(
     near = [
         d.name
         for d in model.deterministics
-        if not depends_on_data([d], sources, n) and _near_n(_shape_of(d), n)
+        if not depends_on_data([d], sources, n)
+        and not reads_array_constant([d])  # never published: its shape tells nothing
+        and _near_n(_shape_of(d), n, bounded)
     ]
     if near:
         raise ModelNotPrivateError(
-            f"Deterministics {near} have an axis as long as the data. Under add/remove-one "
-            "neighbours the number of datapoints is private, and their shape would publish it. "
-            "Use neighbours='substitute' (the count is then public), or remove them."
+            f"Deterministics {near} have an axis {_as_long(bounded)} the row count). Under "
+            "add/remove-one neighbours the number of datapoints is private, and their shape "
+            "would publish it. Use neighbours='substitute' (the count is then public), or "
+            "remove them."
         )
     size = sum(int(np.size(point[v.name])) for v in value_vars)
-    if _near_n((size,), n):
+    if _near_n((size,), n, bounded):
         raise ModelNotPrivateError(
             "The step's parameter vector (all free variables raveled, published per step as "
-            "the `proposal` statistic) is as long as the data. Under add/remove-one neighbours "
-            "the number of datapoints is private, and that length would publish it. Use "
-            "neighbours='substitute' (the count is then public), or change the parameters."
+            f"the `proposal` statistic) is {_as_long(bounded)} the row count). Under "
+            "add/remove-one neighbours the number of datapoints is private, and that length "
+            "would publish it. Use neighbours='substitute' (the count is then public), or "
+            "change the parameters."
         )
 
 
@@ -313,6 +411,7 @@ def validate_model(
     row_locality: bool = True,
     point: dict[str, np.ndarray] | None = None,
     add_remove: bool = False,
+    min_rows: int | None = None,
 ) -> int:
     """Refuse models that cannot be sampled privately; return the datapoint count.
 
@@ -331,6 +430,10 @@ def validate_model(
     add_remove : bool, default False
         Whether the guarantee is for add/remove-one neighbours, under which the datapoint
         count is private: free variables with an axis of the data's length are refused.
+    min_rows : int, optional
+        Under add/remove-one, a public lower bound on the number of rows: every shape rule
+        then compares lengths with it instead of the private count (:func:`rule_rows`), so
+        no decision depends on ``n``.
 
     Returns
     -------
@@ -373,7 +476,9 @@ def validate_model(
                     f"free variable {rv.name!r}; imputed values are exact functions of the "
                     "data. Drop or impute the missing rows before sampling."
                 )
-    n = n_datapoints(model)
+    n_rows = n_datapoints(model)
+    n = rule_rows(n_rows, add_remove, min_rows)  # what the shape rules compare lengths with
+    bounded = add_remove and min_rows is not None
     for rv in model.observed_RVs:
         shape = _shape_of(model.rvs_to_values[rv])
         if len(shape) >= 2 and max(shape[1:]) > shape[0]:
@@ -411,101 +516,21 @@ def validate_model(
     if add_remove:
         # Under add/remove-one neighbours the datapoint count is private: a free variable
         # with one entry per datapoint would publish it in the posterior's shape.
-        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n)]
+        per_row = [rv.name for rv in model.free_RVs if _near_n(_shape_of(rv), n, bounded)]
         if per_row:
             raise ModelNotPrivateError(
-                f"Free variables {per_row} have an axis as long as the data. Under add/remove-"
+                f"Free variables {per_row} have an axis {_as_long(bounded)} the row count). Under "
+                "add/remove-"
                 "one neighbours the number of datapoints is private, and their shape would "
                 "publish it. Use neighbours='substitute' (the count is then public), or model "
                 "per-datapoint effects by groups of public size."
             )
     if add_remove:
         point = point or model.initial_point()
-        _refuse_published_axes_near_n(model, value_vars, sources, n, point)
+        _refuse_published_axes_near_n(model, value_vars, sources, n, point, bounded)
     if row_locality:
         try:
-            check_row_locality(model, value_vars, point or model.initial_point(), n)
+            check_row_locality(model, value_vars, point or model.initial_point(), n_rows, rule_n=n)
         except RowCouplingError as exc:
             raise ModelNotPrivateError(str(exc)) from None
-    return n
-
-
-def _container_name(model: pm.Model, var: Variable) -> str:
-    for rv in model.observed_RVs:
-        if model.rvs_to_values[rv] is var:
-            return f"observed variable `{rv.name}`"
-    return f"data container `{getattr(var, 'name', None) or 'unnamed'}`"
-
-
-# Likelihoods whose support, whatever their parameters, is the non-negative integers (and
-# {0, 1} for the Bernoulli). Only such parameter-free supports are checked: a support set by
-# the model's parameters or constants (``Uniform(0, t)``) would let whoever writes the model
-# learn, for free and exactly, whether some record passes a threshold of their choosing
-# (refusals spend nothing). Records outside a parameter-dependent support are not refused:
-# their ratio is clipped at -B and counted in the noisy clipped count, privately.
-_COUNT_LIKELIHOODS = {
-    "BernoulliRV": 1,
-    "BinomialRV": None,
-    "BetaBinomialRV": None,
-    "PoissonRV": None,
-    "NegativeBinomialRV": None,
-    "GeometricRV": None,
-    "CategoricalRV": None,
-    "MultinomialRV": None,
-    "DirichletMultinomialRV": None,
-}
-
-
-def check_model_data(model: pm.Model) -> None:
-    """Refuse data that cannot be analysed, before anything is compiled for sampling.
-
-    Checks that depend on the data only, never on anything the model's author chooses, so a
-    refusal cannot be steered to probe records (it tells the data holder one fixed fact about
-    their table); each names the variable and never a value, a row or a count:
-
-    1. every observed value, every ``pm.Data`` container and every NumPy array written into an
-       observed variable's graph is finite (no NaN, no inf);
-    2. observed values of count likelihoods (Bernoulli, binomial, Poisson, negative binomial,
-       geometric, categorical, multinomial) are non-negative integers (0 or 1 for Bernoulli).
-
-    Raises
-    ------
-    InvalidDataError
-    """
-    for var in data_sources(model):
-        value = array_value(var)
-        if value is None or value.dtype.kind not in "biufc":
-            continue
-        if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-            raise InvalidDataError(
-                f"The {_container_name(model, var)} holds NaN or infinite values: every value "
-                "must be finite. Drop or impute those rows before the analysis (outside the "
-                "model: imputation inside it reads other rows)."
-            )
-    for rv in model.observed_RVs:
-        for var in _ancestors([rv], through_shapes=False):
-            if isinstance(var, Constant) and getattr(var.type, "ndim", 0) >= 1:
-                value = np.asarray(var.data)
-                if value.dtype.kind in "fc" and not bool(np.all(np.isfinite(value))):
-                    raise InvalidDataError(
-                        f"An array read by the observed variable `{rv.name}` holds NaN or "
-                        "infinite values: every covariate must be finite. Drop or impute those "
-                        "rows before the analysis."
-                    )
-        family = type(rv.owner.op).__name__
-        if family not in _COUNT_LIKELIHOODS:
-            continue
-        value = array_value(model.rvs_to_values[rv])
-        if value is None:  # computed in the graph: not checked here (the gate decides)
-            continue
-        upper = _COUNT_LIKELIHOODS[family]
-        ok = np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
-        if upper is not None:
-            ok = ok and np.all(value <= upper)
-        if not bool(ok):
-            allowed = "0 or 1" if upper == 1 else "non-negative integers"
-            raise InvalidDataError(
-                f"The observed variable `{rv.name}` has values outside the support of its "
-                f"{family.removesuffix('RV')} distribution: they must be {allowed}. Check the "
-                "data's coding before the analysis."
-            )
+    return n_rows

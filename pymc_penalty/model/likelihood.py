@@ -119,8 +119,12 @@ def clipped_ratio_sum(
 ) -> tuple[pt.TensorVariable, pt.TensorVariable]:
     """Graph of the clipped sum of the per-datapoint ratios and the number clipped.
 
-    The ratios ``ll - ll_current`` are clipped to ``[-bound, bound]``; a NaN ratio (both
-    points impossible for a datapoint) counts as clipped at ``-bound``.
+    The ratios ``ll - ll_current`` are clipped to ``[-bound, bound]``. A NaN ratio is a row
+    the likelihood cannot evaluate at either point (a NaN or infinite value, or a value
+    outside a fixed support, so ``-inf - -inf``): it adds 0 and counts as clipped. Zero, not
+    ``-bound``, keeps the released difference antisymmetric in the two points, as the
+    penalty test's exactness needs, and lies inside ``[-bound, bound]``, so the sensitivity
+    bound holds.
 
     Parameters
     ----------
@@ -138,7 +142,7 @@ def clipped_ratio_sum(
     """
     ratio = pt.cast(ll - ll_current, "float64")
     invalid = pt.isnan(ratio)
-    ratio = pt.switch(invalid, -bound, ratio)
+    ratio = pt.switch(invalid, 0.0, ratio)
     clipped = pt.clip(ratio, -bound, bound)
     over = pt.or_(pt.abs(ratio) > bound, invalid)
     if segments is None:

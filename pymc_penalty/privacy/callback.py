@@ -15,7 +15,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from pymc_penalty.accounting import GDPAccountant
+from pymc_penalty.accounting import GDPAccountant, composed_epsilon
 from pymc_penalty.errors import BudgetExhausted, PrivacyAccountingError
 from pymc_penalty.privacy.budget import PrivacyBudget
 
@@ -49,12 +49,31 @@ class PrivacyCallback:
         :meth:`check_against_ledger`.
     log_every : int, default 0
         Log the spent epsilon every this many draws (over all chains); 0 to stay quiet.
+    total_draws : int, optional
+        The draws the run will report over all chains, tuning included: the line is also
+        logged at the last one, so the last line is the run's total.
+
+    Notes
+    -----
+    The epsilon each line shows is the figure the report will show (``dp_epsilon``): the
+    ledger's spending before the callback was made (a warm start, earlier analyses on a
+    persistent ledger) composed with every release the chains reported since.
     """
 
-    def __init__(self, budget: PrivacyBudget, ledger: Any = None, *, log_every: int = 0) -> None:
+    def __init__(
+        self,
+        budget: PrivacyBudget,
+        ledger: Any = None,
+        *,
+        log_every: int = 0,
+        total_draws: int | None = None,
+    ) -> None:
         self.budget = budget
         self.ledger = ledger
         self.log_every = int(log_every)
+        self.total_draws = None if total_draws is None else int(total_draws)
+        #: ``mu^2`` the ledger had granted before this run's chains (rounded down).
+        self.before_mu2 = 0.0 if ledger is None else float(getattr(ledger, "used_mu2", 0.0))
         #: One accountant per chain: its releases, tuning included.
         self.chain_accountants: dict[int, GDPAccountant] = defaultdict(GDPAccountant)
         #: One accountant per per-party statistic (``dp_mu_owner_<j>``, ``dp_mu_outsider``).
@@ -75,17 +94,34 @@ class PrivacyCallback:
                     self.party_accountants[key].spend(float(value))
         if draw.tuning:
             self.tuning_releases += len(released)
-        if self.log_every and self.draws_seen % self.log_every == 0:
-            _log.info(
-                "privacy: epsilon spent %.4g of %.4g (delta %.3g) after %d releases",
-                self.epsilon,
-                self.budget.epsilon,
-                self.budget.delta,
-                self.releases,
-            )
+        if self.log_every and (
+            self.draws_seen % self.log_every == 0 or self.draws_seen == self.total_draws
+        ):
+            self._log_progress()
         if _was_refused(draw.stats):
             self.refused = True
             raise BudgetExhausted("privacy budget exhausted")
+
+    def _log_progress(self) -> None:
+        before = ""
+        if self.before_mu2 > 0:
+            earlier = composed_epsilon(self.before_mu2, self.budget.delta)
+            before = f"; {earlier:.4g} before the chains"
+        _log.info(
+            "privacy: epsilon spent %.4g of %.4g (delta %.3g%s) after %d chain releases",
+            self.spent_epsilon,
+            self.budget.epsilon,
+            self.budget.delta,
+            before,
+            self.releases,
+        )
+
+    @property
+    def spent_epsilon(self) -> float:
+        """Tight epsilon of everything the ledger had spent before this callback was made
+        (a warm start, earlier analyses) and the chains' releases seen since: the report's
+        ``dp_epsilon`` once the run ends."""
+        return composed_epsilon(self.before_mu2 + self.mu2, self.budget.delta)
 
     @property
     def accountant(self) -> GDPAccountant:

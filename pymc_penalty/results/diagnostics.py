@@ -33,9 +33,12 @@ from pymc_penalty.results.report import DATA_GROUPS
 from pymc_penalty.validation import check_integer, check_real
 
 __all__ = [
+    "CONVERGENCE_RULES",
     "ESS_GOOD",
     "ESS_MIN",
+    "ESS_NOTE",
     "R_HAT_MAX",
+    "R_HAT_NOTE",
     "ConvergenceWarning",
     "EpsilonCurve",
     "PhaseCosts",
@@ -56,15 +59,31 @@ ESS_MIN = 100.0
 #: chains, ibid.); between ESS_MIN and this it is "doubtful".
 ESS_GOOD = 400.0
 
+#: The verdict's rules, in words: the one text the report, the ConvergenceWarning and the
+#: documentation (docs/convergence.md, checked by a test) quote.
+CONVERGENCE_RULES = {
+    "converged": f"largest R-hat <= {R_HAT_MAX:g} and smallest bulk ESS >= {ESS_GOOD:g}",
+    "doubtful": (
+        f"largest R-hat <= {R_HAT_MAX:g} and smallest bulk ESS from {ESS_MIN:g} to below "
+        f"{ESS_GOOD:g}"
+    ),
+    "not converged": f"largest R-hat > {R_HAT_MAX:g}, or smallest bulk ESS < {ESS_MIN:g}",
+}
+#: What the report and the ConvergenceWarning print beside the largest R-hat ...
+R_HAT_NOTE = f"converged: <= {R_HAT_MAX:g}"
+#: ... and beside the smallest bulk ESS.
+ESS_NOTE = f"converged: >= {ESS_GOOD:g}; not converged: < {ESS_MIN:g}"
+
 
 def convergence_verdict(idata: az.InferenceData) -> dict[str, Any]:
     """The convergence verdict of a released chain: post-processing, no data read.
 
     Returns ``dp_r_hat_max`` (largest R-hat over the posterior's scalar components, NaN with
     one chain), ``dp_ess_bulk_min`` (smallest bulk ESS) and ``dp_convergence``:
-    ``"not converged"`` when R-hat > 1.01 or bulk ESS < 100, ``"doubtful"`` when bulk ESS is
-    below 400, ``"converged"`` otherwise, and ``"unknown"`` without posterior draws. These
-    are flat ``attrs`` entries, so the InferenceData still writes to netCDF.
+    ``"not converged"``, ``"doubtful"`` or ``"converged"`` by :data:`CONVERGENCE_RULES`
+    (R-hat above :data:`R_HAT_MAX` or bulk ESS below :data:`ESS_MIN`: not converged; bulk ESS
+    below :data:`ESS_GOOD`: doubtful), and ``"unknown"`` without posterior draws. These are
+    flat ``attrs`` entries, so the InferenceData still writes to netCDF.
     """
     post = idata.posterior if "posterior" in idata.groups() else None
     if post is None or not post.data_vars or post.sizes.get("draw", 0) < 4:
@@ -142,6 +161,14 @@ class PhaseCosts:
         Whether the tuning steps' statistics are stored (``discard_tuned_samples=False``);
         otherwise their releases are counted from the report and priced at the chain's
         per-step ``mu`` (the calibration is fixed for the run).
+    screen_mu2 : float
+        The ``mu^2`` of ``pp.sample``'s noisy count of rows the likelihood cannot evaluate
+        (``dp_screen_mu``; 0 without one).
+    removed_mu2 : float
+        Releases whose draws are not in the result (``dp_releases_removed``: draws past the
+        plan or the budget, cut so every chain has the same length, and chains that
+        released no draw), priced at the per-step ``mu``. They were spent all the same.
+    removed_releases : int
     """
 
     warm_start_mu2: float
@@ -151,11 +178,21 @@ class PhaseCosts:
     tuning_releases: np.ndarray
     sampling_releases: np.ndarray
     tuning_stored: bool
+    screen_mu2: float = 0.0
+    removed_mu2: float = 0.0
+    removed_releases: int = 0
 
     @property
     def total_mu2(self) -> float:
-        """Everything the run spent: warm start, tuning and sampling of every chain."""
-        return float(self.warm_start_mu2 + self.tuning_mu2.sum() + self.sampling_mu2.sum())
+        """Everything the run spent: the screen, the warm start, tuning and sampling of every
+        chain, and the releases whose draws were removed."""
+        return float(
+            self.screen_mu2
+            + self.warm_start_mu2
+            + self.tuning_mu2.sum()
+            + self.sampling_mu2.sum()
+            + self.removed_mu2
+        )
 
 
 def _released_mu(stats: xr.Dataset) -> np.ndarray:
@@ -192,7 +229,8 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         tuning_mu2 = compose_mu2(warm_mu, axis=1)
         tuning_releases = np.count_nonzero(warm_mu, axis=1)
     else:
-        per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
+        # The kept chains' releases that are in the result (a removed chain published none).
+        per_chain = _published_per_chain(report)
         if per_chain.shape != sampling_releases.shape:
             per_chain = sampling_releases.copy()
         tuning_releases = np.maximum(per_chain - sampling_releases, 0)
@@ -201,6 +239,8 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
             GDPAccountant().spend(float(m), int(k)).mu_squared
             for m, k in zip(step_mu, tuning_releases, strict=True)
         ]
+    removed = int(report.get("dp_releases_removed", 0))
+    run_mu = float(mu.max()) if mu.size and mu.max() > 0 else 0.0
     return PhaseCosts(
         warm_start_mu2=float(report.get("dp_warm_start_mu", 0.0)) ** 2,
         warm_start_releases=int(report.get("dp_warm_start_releases", 0)),
@@ -209,7 +249,22 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         tuning_releases=np.asarray(tuning_releases, dtype=np.int64),
         sampling_releases=np.asarray(sampling_releases, dtype=np.int64),
         tuning_stored=bool(stored),
+        screen_mu2=float(report.get("dp_screen_mu", 0.0)) ** 2,
+        removed_mu2=GDPAccountant().spend(run_mu, removed).mu_squared if removed else 0.0,
+        removed_releases=removed,
     )
+
+
+def _published_per_chain(report: dict[str, Any]) -> np.ndarray:
+    """Releases per chain whose draws are in the result (tuning included), for the chains
+    kept in it: the report's ``dp_releases_per_chain`` less ``dp_releases_removed_per_chain``
+    (a kept chain published at least one released draw, a removed one none)."""
+    per_chain = np.asarray(report.get("dp_releases_per_chain", []), dtype=np.int64)
+    removed = np.asarray(report.get("dp_releases_removed_per_chain", []), dtype=np.int64)
+    if removed.shape != per_chain.shape:
+        return per_chain
+    published = per_chain - removed
+    return published[published > 0]
 
 
 @dataclass(frozen=True)
@@ -224,7 +279,8 @@ class EpsilonCurve:
         Epsilon of each chain's releases alone (tuning included), up to and including that
         draw.
     total : ndarray, shape (k,)
-        Epsilon of everything the run spent up to that draw: the warm start (from the start),
+        Epsilon of everything the run spent up to that draw: the screen and the warm start
+        (from the start),
         and every chain's releases, tuning included. It ends at the report's ``dp_epsilon``.
     chains : ndarray
         Chain labels.
@@ -256,7 +312,8 @@ def epsilon_curve(
     """Compose the per-step ``dp_mu`` cumulatively per chain and over the whole run.
 
     Everything the report counts is in the curve, so its last point is the report's
-    ``dp_epsilon``: the warm start (``total`` starts at it), and the tuning steps, draw by
+    ``dp_epsilon``: the screen of unevaluable rows and the warm start (``total`` starts at
+    them), and the tuning steps, draw by
     draw when their statistics are stored (``discard_tuned_samples=False``), otherwise as one
     lump at draw -1 (their number from the report, their cost the chain's fixed per-step
     ``mu``).
@@ -289,7 +346,7 @@ def epsilon_curve(
         mu = np.concatenate([np.sqrt(costs.tuning_mu2)[:, None], mu], axis=1)
         draws = np.concatenate([[-1], draws])
     cum = compose_mu2(mu, axis=1, cumulative=True)
-    total = costs.warm_start_mu2 + np.sum(cum, axis=0)
+    total = costs.screen_mu2 + costs.warm_start_mu2 + np.sum(cum, axis=0)
     idx = np.unique(np.linspace(0, draws.size - 1, min(int(max_points), draws.size)).round())
     idx = idx.astype(int)
     return EpsilonCurve(

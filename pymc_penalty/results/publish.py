@@ -14,10 +14,10 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import ConvergenceWarning
-from pymc_penalty.privacy.budget import PrivacyBudget
+from pymc_penalty.errors import ConvergenceWarning, PlanMismatchWarning
+from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.privacy.callback import PrivacyCallback
-from pymc_penalty.results.diagnostics import ESS_MIN, R_HAT_MAX, convergence_verdict
+from pymc_penalty.results.diagnostics import ESS_NOTE, R_HAT_NOTE, convergence_verdict
 from pymc_penalty.results.report import attach_report, build_report
 from pymc_penalty.sampling.step import PenaltyMetropolis
 
@@ -129,8 +129,58 @@ def finalize_result(
     if model is None:
         model = getattr(step, "_model", None)
     idata = attach_report(idata, report, model=model, keep_data=keep_data)
+    warn_plan_mismatch(idata, getattr(step, "plan", None))
     verdict_after_sampling(idata)
     return idata
+
+
+def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
+    """Warn (:class:`~pymc_penalty.PlanMismatchWarning`) when the run was not the step's plan:
+    draws or chains removed from the result (released past the plan or the budget), or fewer
+    releases than the plan paid for. Reads the attached report only."""
+    a = idata.attrs
+    spent = f"epsilon {a['dp_epsilon']:.4g} of {a['dp_epsilon_budget']:.4g} spent"
+    planned = "" if plan is None else f" (the step's plan: {_plan_text(plan)})"
+    fix = (
+        "Give the step plan=pp.RunPlan(draws=..., tune=..., chains=...) with the values you "
+        "pass to pm.sample."
+    )
+    cut, gone = int(a.get("dp_trimmed_draws", 0)), str(a.get("dp_chains_removed", "none"))
+    if cut or gone != "none":
+        kept = idata.posterior.sizes.get("draw", 0) if "posterior" in idata.groups() else 0
+        parts = []
+        if cut:
+            parts.append(
+                f"every chain is cut to its first {kept} draws ({cut} stored draws removed "
+                "per chain)"
+            )
+        if gone != "none":
+            parts.append(f"chain(s) {gone} released no draw and are removed")
+        lost = int(a.get("dp_releases_removed", 0))
+        count = (
+            f"The removed draws' {lost} releases count all the same: {spent}."
+            if lost
+            else f"No released draw was removed: {spent}."
+        )
+        warnings.warn(
+            f"The run asked for more releases than it could make{planned}: each chain stops "
+            "releasing at the plan's length or when the budget is spent, and chains past the "
+            f"plan's number release nothing, so {' and '.join(parts)}. {count} {fix}",
+            PlanMismatchWarning,
+            stacklevel=3,
+        )
+    elif plan is not None and int(a.get("dp_releases", 0)) < plan.releases:
+        warnings.warn(
+            f"The run made {a['dp_releases']} releases of the {plan.releases} the step's plan "
+            f"({_plan_text(plan)}) pays for: {spent}, and each release's noise was sized for "
+            f"the longer run. {fix}",
+            PlanMismatchWarning,
+            stacklevel=3,
+        )
+
+
+def _plan_text(plan: RunPlan) -> str:
+    return f"draws={plan.draws}, tune={plan.tune}, chains={plan.chains}"
 
 
 def verdict_after_sampling(idata: az.InferenceData) -> None:
@@ -140,8 +190,8 @@ def verdict_after_sampling(idata: az.InferenceData) -> None:
     if verdict["dp_convergence"] == "not converged":
         warnings.warn(
             f"The private chains have not converged: largest R-hat "
-            f"{verdict['dp_r_hat_max']:.3g} (want <= {R_HAT_MAX}), smallest bulk ESS "
-            f"{verdict['dp_ess_bulk_min']:.3g} (want >= {ESS_MIN:g}). Do not report these "
+            f"{verdict['dp_r_hat_max']:.3g} ({R_HAT_NOTE}), smallest bulk ESS "
+            f"{verdict['dp_ess_bulk_min']:.3g} ({ESS_NOTE}). Do not report these "
             "draws as the posterior: the budget was too small for this model and n (see the "
             "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
             "docs/choosing-parameters.md.",
@@ -177,6 +227,12 @@ def finalize(
     ``pm.sample``'s result itself. A budgeted step therefore warns when it is made
     (:class:`~pymc_penalty.UnpublishedResultWarning`), and only a finalized result carries
     ``dp_epsilon`` in its attrs, which :func:`pymc_penalty.results.diagnostics.summary` requires.
+
+    It attaches the convergence verdict and warns (:class:`~pymc_penalty.ConvergenceWarning`)
+    when the chains have not converged. PyMC's own R-hat/ESS warnings, with other
+    thresholds, are printed by ``pm.sample`` before this runs: pass
+    ``compute_convergence_checks=False`` to ``pm.sample`` for the package's verdict alone,
+    as :func:`pymc_penalty.sample` does.
 
     Parameters
     ----------

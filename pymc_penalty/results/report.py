@@ -97,6 +97,8 @@ def build_report(
         "pymc_penalty_version": __version__,
     }
     report.update(_party_epsilons(budget, component_mu2 or {}, private))
+    if getattr(step, "min_rows", None) is not None:
+        report["dp_min_rows"] = int(step.min_rows)  # the public bound the gate used
     return report
 
 
@@ -141,25 +143,52 @@ def _party_epsilons(budget: Any, component_mu2: dict[str, float], private: bool)
     }
 
 
-def _trim_unreleased(idata: az.InferenceData) -> int:
-    """Cut every group at the first draw any kept chain did not release; return draws cut."""
+def _trim_unreleased(idata: az.InferenceData, per_chain: list[int]) -> dict[str, Any]:
+    """Cut every group at the first draw any kept chain did not release, and remove the
+    chains that released no stored draw (in place).
+
+    ``per_chain`` is the report's releases per chain (tuning included), in the order of the
+    chain labels. Returns the report's account of what was removed: ``dp_trimmed_draws``
+    (stored draws cut from every kept chain), ``dp_chains_removed`` (their labels, as text),
+    ``dp_releases_removed`` and ``dp_releases_removed_per_chain`` (releases whose draws are
+    not in the result: the cut draws, and every release of a removed chain, tuning included;
+    they were spent all the same, and ``dp_releases`` counts them).
+    """
     if "sample_stats" not in idata.groups() or "dp_released" not in idata.sample_stats:
-        return 0
+        return _removal_account(0, [], [0] * len(per_chain))
     released = np.asarray(idata.sample_stats["dp_released"].values, dtype=bool)
+    labels = [int(c) for c in idata.sample_stats["chain"].values]
     first_unreleased = [int(np.argmin(r)) if not r.all() else r.size for r in released]
     keep_chains = [c for c, k in enumerate(first_unreleased) if k > 0]
-    if not keep_chains:
-        keep = 0
-    else:
-        keep = min(first_unreleased[c] for c in keep_chains)
+    keep = min((first_unreleased[c] for c in keep_chains), default=0)
     total = released.shape[1]
+    removed = released[:, keep:].sum(axis=1).astype(int)  # in the stored chains' order
+    gone = [c for c in range(len(labels)) if c not in keep_chains]
+    rank = {pos: r for r, pos in enumerate(np.argsort(labels))}  # per_chain is label-sorted
+    if len(per_chain) == len(labels):  # a removed chain's tuning releases are removed too
+        for c in gone:
+            removed[c] = int(per_chain[rank[c]])
+    by_label = [0] * len(labels)
+    for c in range(len(labels)):
+        by_label[rank[c]] = int(removed[c])
+    account = _removal_account(total - keep, [labels[c] for c in gone], by_label)
     if keep == total and len(keep_chains) == released.shape[0]:
-        return 0
+        return account
     for group in ("posterior", "sample_stats"):
         ds = getattr(idata, group)
         ds = ds.isel(chain=keep_chains, draw=slice(0, keep))
         setattr(idata, group, ds)
-    return total - keep
+    return account
+
+
+def _removal_account(draws: int, chains: list[int], releases: list[int]) -> dict[str, Any]:
+    """The report's keys for what :func:`_trim_unreleased` removed (netCDF-safe values)."""
+    return {
+        "dp_trimmed_draws": int(draws),
+        "dp_chains_removed": ", ".join(str(c) for c in chains) or "none",
+        "dp_releases_removed": int(sum(releases)),
+        "dp_releases_removed_per_chain": [int(k) for k in releases],
+    }
 
 
 def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any]) -> list[str]:
@@ -171,17 +200,20 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
     - the coordinate values of data dimensions (record ids), keeping the dimension;
     - under add/remove-one neighbours, where ``n`` itself is private: every variable with a
       data dimension or an axis of length ``n``, and PyMC's ``sampling_time`` attribute,
-      which grows with ``n``.
+      which grows with ``n``. With a public bound ``min_rows`` (``dp_min_rows``) every rule
+      compares lengths with the bound instead: an axis of at least ``min_rows - 1`` (the
+      gate refused data-independent ones), so what is removed does not depend on ``n``.
     """
     removed: list[str] = []
     for group in DATA_GROUPS:
         if group in idata.groups():
             delattr(idata, group)
             removed.append(group)
-    n = n_datapoints(model)
-    leaky = set(data_dependent_variables(model, n))
-    dims = set(data_dims(model, n))
     hide_n = report.get("dp_neighbours") == "add_remove"
+    bound = report.get("dp_min_rows") if hide_n else None
+    n = n_datapoints(model) if bound is None else int(bound)
+    leaky = set(data_dependent_variables(model, n))
+    dims = set(data_dims(model, n, bounded=bound is not None))
     for group in idata.groups():
         ds = getattr(idata, group)
         drop = [name for name in ds.data_vars if name in leaky]
@@ -191,7 +223,8 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
                 for name, var in ds.data_vars.items()
                 if name not in drop
                 and any(
-                    d in dims or (d not in ("chain", "draw") and size == n)
+                    d in dims
+                    or (d not in ("chain", "draw") and (size >= n - 1 if bound else size == n))
                     for d, size in var.sizes.items()
                 )
             ]
@@ -270,7 +303,10 @@ def attach_report(
         Keep the data-bearing groups and Deterministics (the result is then not private;
         the report says so with ``dp_data_removed = False``).
     trim : bool, default True
-        Drop draws that were not released (after the budget ran out).
+        Drop draws that were not released (after the budget ran out, or past the plan):
+        every chain is cut to the same length, and chains that released no draw are
+        removed; the report says what (``dp_trimmed_draws``, ``dp_chains_removed``,
+        ``dp_releases_removed``).
 
     Returns
     -------
@@ -280,10 +316,11 @@ def attach_report(
     model = pm.modelcontext(model)
     _remember_model(idata, model)
     removed: list[str] = [] if keep_data else strip_data(idata, model, report)
-    trimmed = _trim_unreleased(idata) if trim else 0
+    per_chain = list(report.get("dp_releases_per_chain", []))
+    account = _trim_unreleased(idata, per_chain) if trim else {"dp_trimmed_draws": 0}
     for key, value in report.items():
         idata.attrs[key] = value
     idata.attrs["dp_data_removed"] = int(not keep_data)
     idata.attrs["dp_removed"] = ", ".join(removed) if removed else "none"
-    idata.attrs["dp_trimmed_draws"] = int(trimmed)
+    idata.attrs.update(account)
     return idata

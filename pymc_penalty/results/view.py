@@ -20,8 +20,8 @@ import numpy as np
 
 from pymc_penalty.accounting import composed_epsilon
 from pymc_penalty.results.diagnostics import (
-    ESS_GOOD,
-    R_HAT_MAX,
+    ESS_NOTE,
+    R_HAT_NOTE,
     convergence_verdict,
     phase_costs,
     privacy_report,
@@ -122,10 +122,13 @@ def _phase_rows(idata: az.InferenceData, delta: float) -> list[tuple[str, str]]:
     costs = phase_costs(idata)
     total = costs.total_mu2
     phases = [
+        ("screen", costs.screen_mu2, int(costs.screen_mu2 > 0)),  # unevaluable rows' count
         ("warm start", costs.warm_start_mu2, costs.warm_start_releases),
         ("tuning", float(costs.tuning_mu2.sum()), int(costs.tuning_releases.sum())),
         ("sampling", float(costs.sampling_mu2.sum()), int(costs.sampling_releases.sum())),
     ]
+    if costs.removed_releases:  # spent, but their draws are not in the result
+        phases.append(("removed draws", costs.removed_mu2, costs.removed_releases))
     rows = []
     for name, mu2, releases in phases:
         share = 100.0 * mu2 / total if total > 0 else 0.0
@@ -200,9 +203,9 @@ def report(idata: az.InferenceData, *, html: bool = False) -> ReportView | str:
         ("verdict", f"{conv['verdict']} ({conv['source']})"),
         (
             "largest R-hat",
-            f"{_fmt(conv.get('r_hat_max'), '.3g')} (converged: <= {R_HAT_MAX:g})",
+            f"{_fmt(conv.get('r_hat_max'), '.3g')} ({R_HAT_NOTE})",
         ),
-        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} (converged: >= {ESS_GOOD:g})"),
+        ("smallest bulk ESS", f"{_fmt(ess, '.3g')} ({ESS_NOTE})"),
     ]
     error = 1.0 / math.sqrt(ess) if math.isfinite(ess) and ess > 0 else math.nan
     utility = [

@@ -32,6 +32,7 @@ import numpy as np
 # The split of a step's mu between its two releases is composition: it lives in the accountant
 # (re-exported here, where it used to be).
 from pymc_penalty.accounting.gdp import clip_count_noise_sd, split_step_mu
+from pymc_penalty.privacy.precision import snap_accept
 
 __all__ = [
     "INFO_STATS",
@@ -219,7 +220,8 @@ class PenaltyInfo(NamedTuple):
     Attributes
     ----------
     accept : float
-        Acceptance probability given the release (0 when refused).
+        Acceptance probability given the release (0 when refused), on the published grid
+        (:func:`pymc_penalty.privacy.precision.snap_accept`; its expectation is the exact one).
     accepted : bool
         Whether the proposal was accepted.
     released : bool
@@ -337,7 +339,9 @@ def transition(
     u = rng.random()
     decision = penalty_decision(log_ratio, math.log(u) if u > 0.0 else -math.inf)
     info = PenaltyInfo(
-        decision.accept_prob,
+        # Published on its grid, rounded with the decision's own uniform (unbiased); the
+        # decision above used the exact test (pymc_penalty.privacy.precision).
+        snap_accept(decision.accept_prob, u),
         decision.accepted,
         True,
         noise.noise_sd,

@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from pymc_penalty.privacy.chain_slots import ChainSlots
+
 __all__ = ["PrivateNoiseMixin"]
+
+#: A chain that has not yet asked for a slot.
+_UNCLAIMED = "unclaimed"
 
 
 class PrivateNoiseMixin:
@@ -26,6 +31,40 @@ class PrivateNoiseMixin:
 
     _noise_gen: np.random.Generator | None = None
     _noise_pid: int | None = None
+    #: Releases one chain may make (the plan's ``tune + draws``; None: no limit but the
+    #: ledger's), and those this chain has made. Every chain then stops at the same length
+    #: when ``pm.sample`` runs longer chains than planned, instead of the first chains
+    #: spending the later ones' share.
+    _chain_cap: int | None = None
+    _chain_releases: int = 0
+    #: The plan's chains (:class:`~pymc_penalty.privacy.chain_slots.ChainSlots`; None: no
+    #: limit), and this chain's slot: ``_UNCLAIMED`` until its first release, None when none
+    #: was free.
+    _chain_slots: ChainSlots | None = None
+    _chain_slot: int | str | None = _UNCLAIMED
+
+    def set_rng(self, rng: Any) -> None:
+        """Set the chain's generator; ``pm.sample`` calls it once as each chain starts (with
+        any ``cores``), so the chain's release count and slot start here."""
+        super().set_rng(rng)  # type: ignore[misc]
+        self._chain_releases = 0
+        self._chain_slot = _UNCLAIMED
+
+    def _charge(self, mu2: float) -> bool:
+        """Commit one release's ``mu2`` to the ledger, unless this chain has made the
+        releases its plan allows, or the plan's chains are all taken (then refused, as the
+        ledger refuses: finally)."""
+        if self._chain_cap is not None and self._chain_releases >= self._chain_cap:
+            return False
+        if self._chain_slots is not None:
+            if self._chain_slot == _UNCLAIMED:
+                self._chain_slot = self._chain_slots.claim()
+            if self._chain_slot is None:
+                return False
+        if not self.ledger.try_spend(mu2):  # type: ignore[attr-defined]
+            return False
+        self._chain_releases += 1
+        return True
 
     def _noise(self) -> np.random.Generator:
         """Generator for privacy noise: OS entropy per process unless reproducible."""

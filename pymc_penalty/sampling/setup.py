@@ -8,13 +8,19 @@ ledger), the step's warnings, and the declaration of its extra sample statistics
 from __future__ import annotations
 
 import inspect
+import os
 import warnings
 from typing import Any, Protocol
 
 import numpy as np
 from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalProposal
 
-from pymc_penalty.errors import InvalidArgumentError, NotPrivateWarning, UnpublishedResultWarning
+from pymc_penalty.errors import (
+    InvalidArgumentError,
+    NotPrivateWarning,
+    PlanMismatchWarning,
+    UnpublishedResultWarning,
+)
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.sampling.adaptation import ADAPT_MODES, PROPOSAL_KINDS
 from pymc_penalty.validation import check_integer, check_step_arguments
@@ -23,6 +29,7 @@ __all__ = [
     "CLIP_STAT",
     "DEFAULT_ADAPT_WINDOW",
     "DEFAULT_PLAN",
+    "PlanMismatchWarning",
     "PROPOSAL_STAT",
     "Ledger",
     "NotPrivateWarning",
@@ -45,9 +52,22 @@ __all__ = [
 PROPOSAL_STAT = "proposal"
 
 
-#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults for draws and
-#: tuning steps, and 4 chains (``pm.sample`` runs ``max(2, min(4, CPU cores))`` by default).
-DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=4)
+def pymc_default_chains() -> int:
+    """The chains ``pm.sample`` runs when given neither ``chains`` nor ``cores``:
+    ``max(2, min(4, CPU cores))`` (PyMC 5's rule, with its own CPU count)."""
+    try:
+        from pymc.sampling.parallel import _cpu_count
+    except ImportError:  # pragma: no cover - PyMC moved it
+        cores = os.cpu_count() or 1
+    else:
+        cores = _cpu_count()
+    return max(2, min(4, int(cores)))
+
+
+#: The plan a budgeted step assumes when given none: ``pm.sample``'s defaults on this
+#: machine, 1000 draws, 1000 tuning steps and :func:`pymc_default_chains` chains (a step
+#: that assumed 4 left half its budget unspent under ``pm.sample(step=step)`` on 2 cores).
+DEFAULT_PLAN = RunPlan(draws=1000, tune=1000, chains=pymc_default_chains())
 
 
 class Ledger(Protocol):
@@ -234,7 +254,7 @@ def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_di
 #: Step arguments ``pymc_penalty.sample`` sets itself (not accepted in its ``step_kwargs``).
 SET_BY_SAMPLE = frozenset(
     {"epsilon", "delta", "plan", "clip", "clip_mode", "neighbours", "clip_count_share"}
-    | {"ledger", "model", "vars", "noise_sd", "mu"}
+    | {"ledger", "model", "vars", "noise_sd", "mu", "min_rows"}
 )
 
 
@@ -358,8 +378,9 @@ def warn_data_deterministics(leaky: list[str]) -> None:
     Deterministics (``stacklevel`` points at the step's constructor's caller)."""
     if leaky:
         warnings.warn(
-            f"Deterministics {leaky} depend on data; pm.sample stores their exact values "
-            "in the trace. Remove them, or strip them before publishing the result.",
+            f"Deterministics {leaky} depend on data (or read a constant array, which could "
+            "hold records); pm.sample stores their exact values in the trace. Remove them, "
+            "or strip them before publishing the result.",
             NotPrivateWarning,
             stacklevel=3,
         )

@@ -22,14 +22,17 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_penalty.accounting.sensitivity import ClipMode, Neighbours, step_length
 from pymc_penalty.errors import NotPrivateWarning, UnpublishedResultWarning
 from pymc_penalty.model.checks import (
-    check_model_data,
+    check_min_rows,
     data_dependent_deterministics,
+    rule_rows,
     validate_model,
 )
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
+from pymc_penalty.privacy.chain_slots import ChainSlots
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.privacy.precision import snap_count
 from pymc_penalty.sampling.adaptation.state import (
     ClippedPenaltyState,
     PenaltyMetropolisState,
@@ -125,11 +128,16 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         exactly one of the budget, ``mu`` and ``noise_sd``.
     plan : RunPlan, optional
         The run the budget is spread over, with a budget only. Defaults to
-        ``RunPlan(draws=1000, tune=1000, chains=4)``: ``pm.sample``'s
-        default draws and tuning steps, and 4 chains. Pass the ``draws``, ``tune`` and
-        ``chains`` you give ``pm.sample``: a run longer than the plan is stopped by the ledger
-        (the draws it refused are removed by :func:`pymc_penalty.finalize`), a shorter one
-        leaves budget unspent.
+        :data:`~pymc_penalty.sampling.setup.DEFAULT_PLAN`, ``pm.sample``'s own defaults on this
+        machine: 1000 draws, 1000 tuning steps and ``max(2, min(4, CPU cores))`` chains.
+        Pass the ``draws``, ``tune`` and ``chains`` you give ``pm.sample``. Each chain makes at
+        most the plan's ``tune + draws`` releases, and only the first ``plan.chains`` chains
+        to release make any (:class:`~pymc_penalty.privacy.chain_slots.ChainSlots`): in a run with
+        longer chains every chain stops releasing at the plan's length, and further chains
+        release nothing; :func:`pymc_penalty.finalize` then cuts every chain to the same
+        length, removes chains that released no draw, and warns
+        (:class:`~pymc_penalty.PlanMismatchWarning`). A shorter run leaves budget unspent,
+        and ``finalize`` warns too.
     noise_sd : float, optional
         Fixed noise standard deviation ``sigma``.
     mu : float, optional
@@ -179,6 +187,13 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         1; the clip still adapts toward one clipped row per release. Ignored under
         substitute-one. It must be public: a count computed from the data without noise
         would publish n through the clip (``dp_clip``).
+    min_rows : int, optional
+        Under add/remove-one neighbours, a public lower bound (``>= 2``) on the number of
+        datapoints, fixed without looking at the table. The model gate's shape rules (which
+        arrays could hold records, which published lengths could be ``n``) then compare
+        lengths with it instead of the private ``n``, so no refusal depends on ``n``; a
+        table with fewer rows is refused. Without it, under add/remove-one, a refusal can
+        tell ``n`` (issue 28). Ignored under substitute-one, where ``n`` is public.
     reproducible_noise : bool, default False
         Draw the privacy noise from the step's seeded generator (so ``random_seed``
         reproduces runs) instead of a fresh OS-entropy generator. Not private.
@@ -271,6 +286,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         blocked: bool = True,
         released_rows: float | None = None,
         clip_tail: float = 1.0,
+        min_rows: int | None = None,
     ) -> None:
         model = pm.modelcontext(model)
         check_blocked(blocked)
@@ -291,6 +307,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             released_rows=released_rows,
             clip_tail=clip_tail,
         )
+        min_rows = check_min_rows(min_rows)
         budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
         check_proposal_options(adapt, proposal, max_step, proposal_dist)
@@ -302,9 +319,10 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         else:
             vars = get_value_vars_from_user_vars(vars, model)
         adds = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
-        self._n = validate_model(model, vars, add_remove=adds)
-        check_model_data(model)  # NaN, inf, values outside the support
-        leaky = data_dependent_deterministics(model, self._n)
+        self._n = validate_model(model, vars, add_remove=adds, min_rows=min_rows)
+        #: The public lower bound on n the gate used (None: none, or substitute-one).
+        self.min_rows = min_rows if adds else None
+        leaky = data_dependent_deterministics(model, rule_rows(self._n, adds, min_rows))
         warn_data_deterministics(leaky)
 
         size = sum(initial_point[v.name].size for v in vars)
@@ -340,6 +358,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             )
         self.mu = None if mu is None else float(mu)
         self.ledger = ledger
+        # A chain longer than the plan stops releasing at the plan's length, and chains past
+        # the plan's number release nothing (finalize says so).
+        if plan is not None:
+            self._chain_cap = plan.tune + plan.draws
+            self._chain_slots = ChainSlots(plan.chains)
         self.private = self.clip is not None and not self.reproducible_noise
         warn_not_private(
             budget=budget, ledger=ledger, clip=self.clip, reproducible_noise=self.reproducible_noise
@@ -431,7 +454,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         if not self.private:
             clipped_count = float(n_clipped)
         elif math.isfinite(count_sd):
-            clipped_count = n_clipped + count_sd * noise.standard_normal()
+            clipped_count = snap_count(n_clipped + count_sd * noise.standard_normal())
         else:
             clipped_count = math.nan
         del n_clipped, clipped_sum  # exact values: never to leave this function
@@ -453,7 +476,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         noise, release, count_sd = self._step_noise(length)
         stats = self._step_stats(x1)
         state = self._current(x0)
-        charge = None if self.ledger is None else self.ledger.try_spend
+        charge = None if self.ledger is None else self._charge
         new, info = transition(self.rng, state, x1, noise, release, charge=charge)
         stats.update(info_stats(info))
         if not info.released:

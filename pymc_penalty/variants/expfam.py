@@ -40,7 +40,6 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import ModelNotPrivateError, NotPrivateWarning
 from pymc_penalty.model.checks import (
-    check_model_data,
     data_sources,
     depends_on_data,
     validate_model,
@@ -166,7 +165,6 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
         adds = self.neighbours is Neighbours.ADD_REMOVE
         n = validate_model(model, vars, row_locality=False, add_remove=adds)
-        check_model_data(model)  # NaN, inf, values outside the support
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "

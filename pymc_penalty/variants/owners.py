@@ -32,6 +32,7 @@ import numpy as np
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
 from pymc_penalty.privacy.mechanism import release_noise
+from pymc_penalty.privacy.precision import snap_count
 from pymc_penalty.sampling.kernel import PenaltyState, Release, StepNoise
 from pymc_penalty.sampling.step import PenaltyMetropolis
 
@@ -210,7 +211,7 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
             clipped_count = float(owner_clipped.sum())
         elif np.all(np.isfinite(count_sd)):
             noisy = owner_clipped + count_sd * noise.standard_normal(self.n_owners)
-            clipped_count = float(noisy.sum())
+            clipped_count = snap_count(float(noisy.sum()))
         else:
             clipped_count = math.nan
         del owner_sums, owner_clipped  # exact values: never to leave this function

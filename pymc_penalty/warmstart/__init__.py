@@ -91,7 +91,7 @@ from pytensor.gradient import hessian
 from pymc_penalty.accounting import GDPAccountant
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import InvalidArgumentError, WarmStartRefused
-from pymc_penalty.model.checks import check_model_data, validate_model
+from pymc_penalty.model.checks import check_min_rows, validate_model
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.validation import (
     NEIGHBOUR_NAMES,
@@ -248,6 +248,7 @@ class WarmStartTarget:
 
     model: pm.Model
     relation: Neighbours
+    min_rows: int | None
     point: dict[str, np.ndarray]
     value_vars: list
     n: int
@@ -260,21 +261,24 @@ def prepare_warm_start(
     *,
     neighbours: str | Neighbours = "substitute",
     compile_kwargs: dict[str, Any] | None = None,
+    min_rows: int | None = None,
 ) -> WarmStartTarget:
     """Run the privacy gate on ``model`` and compile its likelihood and prior, once.
 
     Everything here happens before any release: the gate refuses a model that would leak,
-    and nothing is charged.
+    and nothing is charged. ``min_rows`` is as in :func:`private_warm_start`.
     """
     model = pm.modelcontext(model)
     relation = Neighbours.parse(getattr(neighbours, "value", neighbours))
+    min_rows = check_min_rows(min_rows)
     point = model.initial_point()
     value_vars = list(model.value_vars)
-    n = validate_model(model, value_vars, add_remove=relation is Neighbours.ADD_REMOVE)
-    check_model_data(model)  # NaN, inf, values outside the support: before any spend
+    adds = relation is Neighbours.ADD_REMOVE
+    n = validate_model(model, value_vars, add_remove=adds, min_rows=min_rows)
     return WarmStartTarget(
         model=model,
         relation=relation,
+        min_rows=min_rows,
         point=point,
         value_vars=value_vars,
         n=n,
@@ -294,6 +298,7 @@ def private_warm_start(
     noise_rng: np.random.Generator | None = None,
     compile_kwargs: dict[str, Any] | None = None,
     target: WarmStartTarget | None = None,
+    min_rows: int | None = None,
 ) -> WarmStart:
     """Estimate the posterior mode and covariance privately, spending ``mu`` from ``ledger``.
 
@@ -327,6 +332,9 @@ def private_warm_start(
     target : WarmStartTarget, optional
         The model checked and compiled once by :func:`prepare_warm_start` (for callers that
         run many warm starts on one model, as the auditor does); built here when omitted.
+    min_rows : int, optional
+        Under add/remove-one, the public lower bound on the rows the model gate's shape rules
+        use instead of the private count (:func:`pymc_penalty.model.checks.rule_rows`).
 
     Returns
     -------
@@ -350,11 +358,17 @@ def private_warm_start(
     noise = np.random.default_rng() if noise_rng is None else noise_rng
 
     if target is None:
-        target = prepare_warm_start(model, neighbours=relation, compile_kwargs=compile_kwargs)
-    elif target.model is not model or target.relation is not relation:
+        target = prepare_warm_start(
+            model, neighbours=relation, compile_kwargs=compile_kwargs, min_rows=min_rows
+        )
+    elif (
+        target.model is not model
+        or target.relation is not relation
+        or target.min_rows != check_min_rows(min_rows)
+    ):
         raise InvalidArgumentError(
-            "`target` was prepared for another model or neighbour relation: pass the same "
-            "model and `neighbours` to prepare_warm_start."
+            "`target` was prepared for another model, neighbour relation or `min_rows`: pass "
+            "the same ones to prepare_warm_start."
         )
     point, value_vars, n = target.point, target.value_vars, target.n
     lik, prior = target.likelihood, target.prior

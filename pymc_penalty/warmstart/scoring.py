@@ -18,6 +18,7 @@ from scipy import special, stats
 
 from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.privacy.precision import snap_count
 from pymc_penalty.sampling.adaptation.clip import (
     CLIP_EVIDENCE_SES,
     clip_target_fraction,
@@ -504,7 +505,7 @@ def fisher_scoring(
         if pilot:
             pool = []  # a pilot's metric is not pooled with later releases
             if adds and k == 0:  # n is private under add/remove-one: a noisy count (sensitivity 1)
-                n_hat = max(n + noise.standard_normal() / mu_parts[2], 2.0)
+                n_hat = max(snap_count(n + noise.standard_normal() / mu_parts[2]), 2.0)
             pairs = n_hat - 1.0 if adds else float(diffs.shape[0])
             sd = outer_sensitivity(None, neighbours) / mu_parts[0]
             base = chol if k else None
@@ -549,7 +550,7 @@ def fisher_scoring(
             centre = released_sum / n_hat
             count_sd = 1.0 / mu_count
             count = clipped_count(grads, new_chol, c_grad, centre)
-            count += count_sd * noise.standard_normal()
+            count = snap_count(count + count_sd * noise.standard_normal())  # its grid
         del grads, diffs  # exact per-datapoint values: not kept past the releases
         if mu_count > 0:  # the next step's clip, from released values only (never the true n)
             fraction, se = count / n_hat, count_sd / n_hat

@@ -44,6 +44,7 @@ import pymc as pm
 from pymc_penalty.backends.jax.kernel import DeviceChain, import_jax, model_function
 from pymc_penalty.errors import BudgetExhausted, InvalidArgumentError
 from pymc_penalty.privacy.callback import PrivacyCallback
+from pymc_penalty.privacy.precision import snap_accept, snap_count
 
 __all__ = ["check_jax_backend", "run_device_draws", "sample_on_device"]
 
@@ -99,11 +100,11 @@ def check_jax_backend(
 
 
 def _check_converts(model: pm.Model) -> None:
-    from pymc_penalty.errors import InvalidDataError, ModelNotPrivateError
+    from pymc_penalty.errors import ModelNotPrivateError
 
     try:
         model_function(model, list(model.value_vars))
-    except (ModelNotPrivateError, InvalidArgumentError, InvalidDataError):
+    except (ModelNotPrivateError, InvalidArgumentError):
         raise  # the package's own refusals say what is wrong
     except Exception as exc:
         # The conversion's message may print graph constants (the data among them): withheld.
@@ -173,8 +174,10 @@ def run_device_draws(
         carry, (xs, props, acc, prob, sd, sens, count) = chain.run(carry, z[:granted], log_u, eps)
         rows = slice(done, done + granted)
         out["x"][rows], out["proposal"][rows], out["accepted"][rows] = xs, props, acc
-        out["accept"][rows], out["dp_noise_sd"][rows] = prob, sd
-        out["dp_sensitivity"][rows], out["dp_clipped_count"][rows] = sens, count
+        # On the published grids (pymc_penalty.privacy.precision): accept rounded with the
+        # decision's own uniforms, the count to an integer.
+        out["accept"][rows], out["dp_noise_sd"][rows] = snap_accept(prob, u[:granted]), sd
+        out["dp_sensitivity"][rows], out["dp_clipped_count"][rows] = sens, snap_count(count)
         out["dp_released"][rows] = True
         done += granted
         if granted < want:

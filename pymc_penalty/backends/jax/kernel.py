@@ -141,11 +141,12 @@ class DeviceChain:
                 clip, clip_mode, neighbours, length, mu=step_mu, count_share=clip_count_share
             )
             ll1, logprior1 = model_fn(x1)
-            # As PenaltyLikelihood: ratios clipped to [-B, B]; a NaN ratio fails `inside` and
-            # is not > 0, so it counts as clipped at -B.
+            # As likelihood.clipped_ratio_sum: ratios clipped to [-B, B]; a NaN ratio (a row
+            # that cannot be evaluated) fails `inside`, so it counts as clipped, and adds 0.
             ratio = ll1 - ll
             inside = jnp.abs(ratio) <= bound
             clipped = jnp.where(inside, ratio, jnp.where(ratio > 0, bound, -bound))
+            clipped = jnp.where(jnp.isnan(ratio), 0.0, clipped)
             clipped_sum, n_inside = _sum_and_count(jax, clipped, inside.astype(jnp.float64))
             n_over = jnp.size(ratio) - n_inside
             d_hat = clipped_sum + sigma * noise[0]

@@ -184,6 +184,8 @@ def check_row_locality(
     value_vars: Sequence[Variable],
     point: dict[str, np.ndarray],
     n: int,
+    *,
+    rule_n: int | None = None,
 ) -> None:
     """Refuse a model in which one record could move several datapoints' log-likelihood terms.
 
@@ -196,6 +198,10 @@ def check_row_locality(
         A point giving the shapes of ``value_vars``.
     n : int
         The datapoint count.
+    rule_n : int, optional
+        The count the shape rules compare lengths with (which arrays could hold records,
+        what is a reduction of records): ``n`` by default; under add/remove-one with a
+        public bound, the bound (:func:`pymc_penalty.model.checks.rule_rows`).
 
     Raises
     ------
@@ -206,6 +212,7 @@ def check_row_locality(
     _check_term_shapes(model, model.logp(vars=model.observed_RVs, sum=False), n)
     if n < 2:
         return
+    n = n if rule_n is None else int(rule_n)
     probe = Probe(model, n)
     terms = per_datapoint_terms(probe.model)
     _refuse_hidden_records(terms, n, {s.stand_in for s in probe.sources.values()})

@@ -1,0 +1,67 @@
+"""The model suite's pieces that need no sampler: data sets, the method registry, the one-shot
+baseline's sensitivity and the summary (fast; the quick run is in test_benchmarks)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import model_suite as ms  # noqa: E402
+
+
+@pytest.mark.parametrize("model", ms.MODELS)
+def test_data_sets_are_seeded_and_their_truth_names_the_free_variables(model):
+    a, b = ms.make_dataset(model, 500, 3), ms.make_dataset(model, 500, 3)
+    c = ms.make_dataset(model, 500, 4)
+    assert all(np.array_equal(a.data[k], b.data[k]) for k in a.data)
+    assert not np.array_equal(a.data["y"], c.data["y"])
+    free = {v.name: v for v in ms.build_model(a).free_RVs}
+    assert set(free) == set(a.truth)
+    for name, rv in free.items():
+        assert np.shape(a.truth[name]) == tuple(rv.shape.eval()), name
+
+
+def test_a_method_is_added_by_name_and_limited_to_its_models():
+    def fake(ds, epsilon, seed, quick):
+        return {}, {}
+
+    try:
+        ms.register_method("taylor", models=("linear",))(fake)
+        assert ms.METHODS["taylor"].fn is fake and ms.METHODS["taylor"].models == ("linear",)
+    finally:
+        ms.METHODS.pop("taylor", None)
+    assert ms.METHODS["nss"].models == ("linear",) and ms.METHODS["pp_sample"].models is None
+
+
+def test_one_rows_triangle_is_bounded_by_the_clips_within_a_factor_sqrt2():
+    cy = ms.nss_y_clip()
+    bound = ms.NSS_X_CLIP**2 + cy**2
+    rng = np.random.default_rng(0)
+    rows = np.vstack([rng.standard_normal((1000, 4)) * 50, [[1e6, 0, 0, -1e6]]])
+    x, y = rows[:, :3], rows[:, 3]
+    x = x * np.minimum(1.0, ms.NSS_X_CLIP / np.linalg.norm(x, axis=1))[:, None]
+    z = np.column_stack([x, np.clip(y, -cy, cy)])
+    norms = [np.linalg.norm(np.triu(np.outer(r, r))) for r in z]
+    assert max(norms) <= bound * (1 + 1e-12)
+    # ||triu(z z')|| >= ||z z'||_F / sqrt(2) = ||z||^2 / sqrt(2): loose by at most sqrt(2).
+    assert max(norms) > bound / math.sqrt(2)
+    # Unclipped rows would exceed it (the clip is what bounds the sensitivity).
+    assert max(np.linalg.norm(np.triu(np.outer(r, r))) for r in rows) > bound
+
+
+def test_summary_pools_coverage_and_averages_errors_in_square():
+    rows = [
+        {"model": "linear", "n": 10, "epsilon": 1.0, "method": "m", "err_rms": e,
+         "sd_ratio": 1.0, "sd_ratio_min": 0.5, "covered": c, "n_covered": 4,
+         "verdict": "converged", "eps_spent": 1.0, "wall_s": 2.0}
+        for e, c in ((3.0, 4), (4.0, 2))
+    ]  # fmt: skip
+    (cell,) = ms.summarise(rows + [{**rows[0], "error": "boom"}])
+    assert cell["rms"] == pytest.approx(math.sqrt(12.5)) and cell["coverage"] == 0.75
+    assert (cell["datasets"], cell["failed"], cell["converged"]) == (2, 1, 1.0)
