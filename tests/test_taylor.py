@@ -310,3 +310,59 @@ def test_noise_aware_draws_integrate_the_release_noise() -> None:
     assert np.all(np.abs(out.mean(0) - mean) < 5 * np.sqrt(np.diag(target) / m))
     # must-fail: the raw draws' covariance misses the noise term
     assert np.max(np.abs(np.cov(draws, rowvar=False) - target) / se) > 20
+
+
+@pytest.mark.parametrize("relation", ["substitute", "add_remove"])
+def test_noisy_histogram_counts_move_at_most_their_sensitivity(relation: str) -> None:
+    from pymc_penalty import taylor_clips as tc
+
+    rng = np.random.default_rng(11)
+    v = rng.lognormal(size=200)
+    edges = tc.geometric_edges(1.0, -8, 8)
+    delta = tc.histogram_sensitivity(relation)
+
+    def counts(values):
+        idx = np.searchsorted(edges, np.where(np.isnan(values), np.inf, values), side="left")
+        return np.bincount(idx, minlength=len(edges) + 1)
+
+    base = counts(v)
+    worst = 0.0
+    for j in (0, 50, 199):
+        for ve in (0.0, 1e300, -5.0, np.nan, v[j] * 1e6):
+            if relation == "substitute":
+                v1 = v.copy()
+                v1[j] = ve
+                cases = [v1]
+            else:
+                cases = [np.append(v, ve), np.delete(v, j)]
+            for v1 in cases:
+                worst = max(worst, float(np.linalg.norm(counts(v1) - base)))
+    assert worst <= delta * (1 + RTOL) and worst >= 0.999 * delta
+    # must-fail: a count per row and per edge crossed (tail counts) moves by sqrt(#edges)
+    tails = np.array([np.sum(v > e) for e in edges])
+    v1 = v.copy()
+    v1[0] = 1e300
+    tails1 = np.array([np.sum(v1 > e) for e in edges])
+    assert np.linalg.norm(tails1 - tails) > delta
+    # the release is the exact histogram plus noise of the stated sd
+    noisy, sd = tc.noisy_histogram(v, edges, 2.0, np.random.default_rng(0), relation)
+    assert sd == delta / 2.0
+    assert np.all(np.abs(noisy - base) < 6 * sd)
+
+
+def test_noisy_quantile_reads_a_resolvable_quantile() -> None:
+    from pymc_penalty import taylor_clips as tc
+
+    rng = np.random.default_rng(12)
+    v = np.sqrt(rng.chisquare(4, size=10_000))
+    edges = tc.geometric_edges(1.0, -24, 24, 4)
+    q90 = np.quantile(v, 0.9)
+    for seed in range(20):
+        noisy, sd = tc.noisy_histogram(v, edges, mu=0.05, rng=np.random.default_rng(seed))
+        got = tc.noisy_quantile(edges, noisy, sd, 0.9)
+        # within one bin (2^(1/4)) of the truth, above it at most by a bin and a noise margin
+        assert q90 / 2**0.25 <= got <= q90 * 2**0.5, (seed, got, q90)
+    # a 99.9% quantile is not resolvable at this noise: the top-down reading lands lower,
+    # where the tail exceeds the denoising threshold (the must-fail of a tail reading)
+    noisy, sd = tc.noisy_histogram(v, edges, mu=0.05, rng=np.random.default_rng(0))
+    assert tc.noisy_quantile(edges, noisy, sd, 0.999) < np.quantile(v, 0.999)
