@@ -251,6 +251,8 @@ def run_one(m: Glm, n: int, epsilon: float, seed: int, steps: int, order: int, a
     # one-shot release at t
     z, eta_t, a, h = _row_terms(m, x, y, t, L)
     zn = np.linalg.norm(z, axis=1)
+    if order == 1:  # no Hessian release: its shares go to G
+        share["G"] += share.pop("H") + share.pop("hist_h")
     mu_G = ledger.charge(np.sqrt(share["G"]))
     mu_H = ledger.charge(np.sqrt(share["H"])) if order == 2 else 0.0
     e_g = tc.geometric_edges(np.sqrt(D / n), -24, 56, 4)
