@@ -44,6 +44,7 @@ from pymc_penalty.accounting.gdp import gdp_mu
 
 DELTA = 1e-5
 D = 4
+WS_NEAR = 5.0  # the table's split: warm start within this many exact posterior sds
 FLOOR = 1.0  # public floor of the residual bound's radius (whitened units)
 
 # shares of the total mu^2 (they sum to 1)
@@ -385,6 +386,12 @@ def summarise(runs: list[dict]) -> dict:
         "datasets": len(runs),
         "frozen": int(sum(r["frozen"] for r in runs)),
     }
+    # diagnostic split: datasets whose (simulated) warm start ended within WS_NEAR sds
+    near = [r for r in runs if r["ws_err"] <= WS_NEAR]
+    cell["near_datasets"] = len(near)
+    if near:
+        cell["rms_near"] = float(np.sqrt(np.mean(np.array([r["na"]["err"] for r in near]) ** 2)))
+        cell["cover_near"] = float(np.mean([r["na"]["cover"] for r in near]))
     c2 = [r["cost_ratio_2"] for r in runs if r["cost_ratio_2"] is not None]
     cell["cost2"] = float(np.median(c2)) if c2 else None
     return cell
@@ -401,6 +408,7 @@ def main() -> None:
     p.add_argument("--order", type=int, choices=[1, 2], default=2)
     p.add_argument("--ws-rounds", type=int, default=2)
     p.add_argument("--ref-draws", type=int, default=1000)
+    p.add_argument("--per-run", action="store_true", help="print a RUN json line per dataset")
     p.add_argument("--factor-g", type=float, default=2.5, help="one-shot c_g over the 90%% q")
     p.add_argument("--factor-h", type=float, default=4.0, help="one-shot c_H over the 90%% q")
     args = p.parse_args()
@@ -418,10 +426,17 @@ def main() -> None:
     for name in args.models:
         for n in args.n:
             for eps in args.epsilon:
-                runs = [
-                    run_one(MODELS[name], n, eps, s, args.steps, args.order, args)
-                    for s in range(args.datasets)
-                ]
+                runs = []
+                for s in range(args.datasets):
+                    runs.append(run_one(MODELS[name], n, eps, s, args.steps, args.order, args))
+                    if args.per_run:
+                        print(
+                            "RUN "
+                            + json.dumps(
+                                {"model": name, "n": n, "eps": eps, "seed": s, **runs[-1]}
+                            ),
+                            flush=True,
+                        )
                 c = summarise(runs)
                 cells[f"{name}/n={n}/eps={eps:g}"] = c
                 c2 = f"{c['cost2']:9.3g}" if c["cost2"] is not None else f"{'-':>9}"
@@ -430,7 +445,9 @@ def main() -> None:
                     f"{c['sd_ratio']:6.3f} {c['sd_ratio_raw']:6.3f} {c['sd_ratio_min']:6.3f} "
                     f"{c['cover']:6.3f} {c['cover_raw']:6.3f} {c['accept']:5.2f} "
                     f"{100 * c['clipped']:7.4f} {c['c_g']:5.2f} {100 * c['g_clip']:7.3f} "
-                    f"{c['sd_G']:5.2f} {c['cost1']:8.3g} {c2}",
+                    f"{c['sd_G']:5.2f} {c['cost1']:8.3g} {c2}   near {c['near_datasets']:2d}: "
+                    f"rms {c.get('rms_near', float('nan')):.3f} "
+                    f"cover {c.get('cover_near', float('nan')):.3f}",
                     flush=True,
                 )
     print(f"elapsed {time.time() - t0:.1f} s")
