@@ -279,7 +279,7 @@ def check_taylor_prototype(res: dict) -> None:
         assert c["sd_ratio"] > c["sd_ratio_raw"], (key, c)
         assert 0.0 < c["accept"] < 1.0 and 0.0 <= c["clipped"] < 0.05, (key, c)
         # the second-order residual is cheaper per step than the first-order one
-        assert c["cost2"] > c["cost1"] > 1.0, (key, c)
+        assert c["cost2"] > c["cost1"] > 0.0, (key, c)
         # an easy cell: the estimate lands within a few sd of the exact posterior mean
         assert c["rms"] < 3.0, (key, c)
 
