@@ -406,7 +406,7 @@ def main() -> None:
     p.add_argument("--datasets", type=int, default=20)
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--order", type=int, choices=[1, 2], default=2)
-    p.add_argument("--ws-rounds", type=int, default=2)
+    p.add_argument("--ws-rounds", type=int, default=3)
     p.add_argument("--ref-draws", type=int, default=1000)
     p.add_argument("--per-run", action="store_true", help="print a RUN json line per dataset")
     p.add_argument("--factor-g", type=float, default=2.5, help="one-shot c_g over the 90%% q")
