@@ -340,7 +340,30 @@ def check_model_suite(res: dict) -> None:
         assert c["coverage"] == pytest.approx(int(r["covered"]) / int(r["n_covered"])), method
 
 
+def check_taylor_prototype(res: dict) -> None:
+    cells = res["cells"]
+    assert res["order"] == 2 and res["steps"] == 600
+    assert set(cells) == {f"{m}/n=10000/eps=2" for m in ("logistic", "poisson", "linear")}
+    for key, c in cells.items():
+        assert c["datasets"] == 3 and c["frozen"] == 0, (key, c)
+        # coverage is a count over 3 datasets x 4 coordinates
+        for cover in (c["cover"], c["cover_raw"]):
+            assert 0.0 <= cover <= 1.0 and abs(cover * 12 - round(cover * 12)) < 1e-9, (key, c)
+        assert c["sd_ratio_min"] <= c["sd_ratio"] and c["rms"] >= 0.0, (key, c)
+        # the noise-aware draws are wider than the chain's (they add the release's noise)
+        assert c["sd_ratio"] > c["sd_ratio_raw"], (key, c)
+        assert 0.0 < c["accept"] < 1.0 and 0.0 <= c["clipped"] < 0.05, (key, c)
+        assert c["cost2"] > 0.0 and c["cost1"] > 0.0, (key, c)
+        # an easy cell: the estimate lands within a few sd of the exact posterior mean
+        assert c["rms"] < 3.0, (key, c)
+    # on logistic rows the second-order residual is far cheaper per step than the first-order
+    # one (on Poisson rows both are set by the rows the one-shot clipped)
+    logistic = cells["logistic/n=10000/eps=2"]
+    assert logistic["cost2"] > 10 * logistic["cost1"] > 10.0, logistic
+
+
 CHECKS = {
+    "taylor_prototype": check_taylor_prototype,
     "defaults_seeds": check_defaults_seeds,
     "peer_probe": check_peer_probe,
     "accounting": check_accounting,
