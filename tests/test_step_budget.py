@@ -10,6 +10,7 @@ before anything is compiled or spent. ``FrozenChainWarning`` carries nothing com
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 
@@ -71,7 +72,10 @@ def test_budgeted_step_spends_at_most_its_budget(model, cores):
     assert 0.0 < step.ledger.spent_mu2 <= budget_mu2 * (1 + 1e-12)
     assert 0.0 < idata.attrs["dp_epsilon"] <= EPS
     assert idata.attrs["dp_epsilon"] == pytest.approx(EPS, abs=1e-6)  # the plan spends it
-    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases
+    # The ledger also holds the step's own warm start (pp.sample's default, issue 29).
+    warm = idata.attrs["dp_warm_start_releases"]
+    assert warm > 0
+    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases - warm
     assert idata.attrs["dp_releases_per_chain"] == [30, 30]
     assert idata.attrs["dp_trimmed_draws"] == 0
 
@@ -94,9 +98,13 @@ def test_a_run_longer_than_the_plan_is_stopped_by_the_ledger(model):
 
 def test_the_step_calibrates_through_pp_calibrate(model):
     plan = RunPlan(draws=7, tune=3, chains=3)
-    step = _budgeted(model, plan)
+    step = _budgeted(model, plan, warm_start=0)
     expected = pp.calibrate(PrivacyBudget(EPS, DELTA).mu, plan, warn_below=0.0)
     assert step.mu == pytest.approx(expected, rel=1e-12)
+    # With its warm start (the default) the step is calibrated to what the warm start left.
+    warm = _budgeted(model, plan)
+    left = math.sqrt(step.ledger.budget_mu**2 - warm.ledger.spent_mu2)
+    assert warm.mu == pytest.approx(pp.calibrate(left, plan, warn_below=0.0), rel=1e-9)
     assert step.budget == PrivacyBudget(EPS, DELTA) and step.plan == plan
     # The default plan is pm.sample's draws, tune and chains on this machine.
     default = _budgeted(model, None)

@@ -32,14 +32,17 @@ def mean_clipped_fraction(idata: az.InferenceData) -> float:
     return float(vals.mean()) if vals.size else float("nan")
 
 
-def releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
+def releases_by_chain(
+    idata: az.InferenceData, ledger: Any, other_releases: int = 0
+) -> dict[int, int]:
     """Releases per chain, tuning included, from the stored statistics and the ledger.
 
     Stored draws say which were released. Tuning draws are usually not stored: a chain whose
     first stored draw was released released every tuning step too (a ledger's refusal is
     final for a fixed per-step cost, so nothing before a released step was refused). For the
     other chains the ledger's release count, less the chains known, is shared out, each
-    getting at most its tuning steps.
+    getting at most its tuning steps. ``other_releases``: the ledger's releases that no
+    chain made (a budgeted step's own warm start).
     """
     stats = idata.sample_stats
     released = np.asarray(stats["dp_released"].values, dtype=bool)
@@ -52,6 +55,7 @@ def releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
         certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
         counts = counts + np.where(certain, tune, 0)
         total = getattr(ledger, "releases", None)
+        total = None if total is None else int(total) - int(other_releases)
         rest = tune * int((~certain).sum()) if total is None else int(total) - int(counts.sum())
         for c in np.flatnonzero(~certain):
             share = min(tune, max(rest, 0))
@@ -123,9 +127,11 @@ def finalize_result(
     return_reservation(ledger)  # this process's: the file then holds every grant
     if callback is not None:
         callback.check_against_ledger()
-    releases = None if callback is not None else releases_by_chain(idata, ledger)
+    own = getattr(step, "extra_report", None) or {}  # a budgeted step's own warm start
+    others = int(own.get("dp_warm_start_releases", 0))
+    releases = None if callback is not None else releases_by_chain(idata, ledger, others)
     report = step_report(step, budget, callback, mean_clipped_fraction(idata), releases)
-    report.update(getattr(step, "extra_report", None) or {})  # a step's own warm start
+    report.update(own)
     report.update(extra or {})
     if model is None:
         model = getattr(step, "_model", None)
