@@ -23,8 +23,13 @@ import pymc as pm
 
 from pymc_penalty.errors import InvalidArgumentError
 from pymc_penalty.model.checks import check_min_rows
-from pymc_penalty.planning.plan import chain_starts, resolve_warm_start, warm_step_kwargs
-from pymc_penalty.privacy.budget import PrivacyBudget, available_mu
+from pymc_penalty.planning.plan import (
+    chain_starts,
+    resolve_tune,
+    resolve_warm_start,
+    warm_step_kwargs,
+)
+from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
@@ -108,8 +113,12 @@ class PenaltyMetropolis(_Step):
       (:func:`~pymc_penalty.planning.plan.warm_step_kwargs`), and each chain moves at its
       first step to its own start, a centred draw from the estimate's Gaussian approximation
       (:func:`~pymc_penalty.planning.plan.chain_starts`): ``pm.sample``'s ``initvals`` are
-      then not used. The report of :func:`pymc_penalty.finalize` includes it
-      (``dp_warm_start_*``).
+      then not used. As in ``pymc_penalty.sample``, each chain then releases only its first
+      ``resolve_tune("auto", draws)`` tuning steps (a tenth of the draws, within [100,
+      1000]; :func:`~pymc_penalty.planning.plan.resolve_tune`): ``pm.sample``'s further
+      tuning steps release nothing and do not move, and the step is calibrated to that
+      shorter run (its ``plan``; ``tune_release_cap``). The report of
+      :func:`pymc_penalty.finalize` includes the warm start (``dp_warm_start_*``).
 
     Without a budget (``mu`` or ``noise_sd`` only) nothing changes: ``clip=1.0``,
     ``clip_mode="distance"``, no warm start. ``clip=1.0, clip_mode="distance",
@@ -166,9 +175,18 @@ class PenaltyMetropolis(_Step):
         warm = None
         if share > 0:
             warm, kwargs = self._warm_start(model, share, warm_start_clip, warm_start_steps, kwargs)
-        super().__init__(vars, model=model, **kwargs)
+        tune_cap = None
         if warm is not None:
+            # pp.sample's tuning after a warm start (a tenth of the draws, within [100,
+            # 1000]): the chains start near the posterior with its metric and tune only the
+            # scaling and the clip. pm.sample's further tuning steps (1000 by default)
+            # release nothing, so their share of the budget goes to the draws.
             plan = kwargs.get("plan") or DEFAULT_PLAN
+            tune_cap = min(resolve_tune("auto", plan.draws, share), plan.tune)
+            kwargs["plan"] = RunPlan(draws=plan.draws, tune=tune_cap, chains=plan.chains)
+        super().__init__(vars, model=model, **kwargs)
+        self.tune_release_cap = tune_cap
+        if warm is not None:
             self._chain_starts = chain_starts(warm, plan.chains, _seed(kwargs.get("rng")))
         #: The warm start's report keys, added by :func:`pymc_penalty.finalize`.
         self.extra_report = warm_start_report(warm, share)

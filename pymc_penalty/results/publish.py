@@ -33,7 +33,7 @@ def mean_clipped_fraction(idata: az.InferenceData) -> float:
 
 
 def releases_by_chain(
-    idata: az.InferenceData, ledger: Any, other_releases: int = 0
+    idata: az.InferenceData, ledger: Any, other_releases: int = 0, tune_cap: int | None = None
 ) -> dict[int, int]:
     """Releases per chain, tuning included, from the stored statistics and the ledger.
 
@@ -52,6 +52,7 @@ def releases_by_chain(
         counts = counts + np.asarray(warm["dp_released"].values, dtype=bool).sum(axis=1)
     else:
         tune = int(stats.attrs.get("tuning_steps", 0) or 0)
+        tune = tune if tune_cap is None else min(tune, int(tune_cap))
         certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
         counts = counts + np.where(certain, tune, 0)
         total = getattr(ledger, "releases", None)
@@ -129,7 +130,11 @@ def finalize_result(
         callback.check_against_ledger()
     own = getattr(step, "extra_report", None) or {}  # a budgeted step's own warm start
     others = int(own.get("dp_warm_start_releases", 0))
-    releases = None if callback is not None else releases_by_chain(idata, ledger, others)
+    releases = (
+        None
+        if callback is not None
+        else releases_by_chain(idata, ledger, others, getattr(step, "tune_release_cap", None))
+    )
     report = step_report(step, budget, callback, mean_clipped_fraction(idata), releases)
     report.update(own)
     report.update(extra or {})

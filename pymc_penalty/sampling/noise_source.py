@@ -46,6 +46,12 @@ class PrivateNoiseMixin:
     #: each chain moves to its slot's start at its first step. None: the chain starts where
     #: ``pm.sample`` puts it.
     _chain_starts: list[dict[str, np.ndarray]] | None = None
+    #: Tuning steps a chain releases (None: all of ``pm.sample``'s); the rest of its tuning
+    #: steps release nothing and stay put. A chain started near the posterior with its
+    #: metric needs only the scaling and the clip tuned, and every tuning release costs as
+    #: much as a draw (``pymc_penalty.planning.plan.resolve_tune``).
+    tune_release_cap: int | None = None
+    _tune_releases: int = 0
     _chain_started: bool = False
 
     def set_rng(self, rng: Any) -> None:
@@ -55,6 +61,7 @@ class PrivateNoiseMixin:
         self._chain_releases = 0
         self._chain_slot = _UNCLAIMED
         self._chain_started = False
+        self._tune_releases = 0
 
     def _claim_slot(self) -> int | None:
         """This chain's slot, claimed now if it has none yet (None when every slot is taken)."""
@@ -91,11 +98,16 @@ class PrivateNoiseMixin:
         ledger refuses: finally)."""
         if self._chain_cap is not None and self._chain_releases >= self._chain_cap:
             return False
+        tuning = bool(getattr(self, "tune", False))
+        if tuning and self.tune_release_cap is not None:
+            if self._tune_releases >= self.tune_release_cap:
+                return False
         if self._chain_slots is not None and self._claim_slot() is None:
             return False
         if not self.ledger.try_spend(mu2):  # type: ignore[attr-defined]
             return False
         self._chain_releases += 1
+        self._tune_releases += tuning
         return True
 
     def _noise(self) -> np.random.Generator:
