@@ -16,6 +16,7 @@ start's approximation, which each chain moves to at its first step. It lives abo
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -184,7 +185,12 @@ class PenaltyMetropolis(_Step):
             plan = kwargs.get("plan") or DEFAULT_PLAN
             tune_cap = min(resolve_tune("auto", plan.draws, share), plan.tune)
             kwargs["plan"] = RunPlan(draws=plan.draws, tune=tune_cap, chains=plan.chains)
-        super().__init__(vars, model=model, **kwargs)
+        # The step's construction warnings point at its caller's caller: one frame up here.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().__init__(vars, model=model, **kwargs)
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=2)
         self.tune_release_cap = tune_cap
         if warm is not None:
             self._chain_starts = chain_starts(warm, plan.chains, _seed(kwargs.get("rng")))
