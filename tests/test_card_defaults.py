@@ -18,7 +18,7 @@ import pymc_penalty as pp
 from pymc_penalty.sampling.step import PenaltyMetropolis as LowLevelStep
 from tests.conftest import posterior_check
 
-N, TRUE_MEAN, PRIOR_SD = 5_000, 3.0, 10.0
+N, TRUE_MEAN, PRIOR_SD = 20_000, 3.0, 10.0
 
 
 def normal_mean_model(seed: int = 0) -> tuple[pm.Model, float, float]:
@@ -26,7 +26,8 @@ def normal_mean_model(seed: int = 0) -> tuple[pm.Model, float, float]:
 
     The rows are skewed (mean 3, sd 1, an exponential's shape), as real rows often are: the
     posterior is still the exact conjugate one, but a clip that cuts many rows' ratios pulls
-    the chain toward a robust location (about the median, 0.3 below the mean: 20 sd)."""
+    the chain toward a robust location, below the mean (the control: 22 posterior sd off,
+    16% of the rows clipped; the defaults: 0.05 sd, MCSE 0.13 sd, 0.14% clipped)."""
     y = TRUE_MEAN + np.random.default_rng(seed).exponential(1.0, N) - 1.0
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, PRIOR_SD)
@@ -59,7 +60,6 @@ def card_run(model, *, seed: int, cores: int = 1, draws: int = 1000, **step_kwar
         return pp.finalize(idata, step), step
 
 
-@pytest.mark.slow
 def test_card_usage_matches_the_exact_posterior():
     model, mean, sd = normal_mean_model()
     idata, _ = card_run(model, seed=11)
@@ -69,7 +69,6 @@ def test_card_usage_matches_the_exact_posterior():
     assert idata.attrs["dp_clipped_fraction"] < 0.05
 
 
-@pytest.mark.slow
 def test_old_defaults_fail_the_same_check():
     # Must-fail control: the earlier defaults (fixed clip 1.0 in "distance" mode, no warm
     # start) clip most rows: on skewed rows the draws sit near a robust location instead of
@@ -109,7 +108,6 @@ def test_each_chain_starts_at_its_own_warm_start_draw():
     assert abs(np.mean(starts) - mean) < 1.0 * sd  # near the posterior, not at 0
 
 
-@pytest.mark.slow
 def test_cores_2_each_process_takes_its_own_start():
     model, _, sd = normal_mean_model()
     idata, step = card_run(model, seed=7, cores=2, draws=5, scaling=1e-6, tune=False)
