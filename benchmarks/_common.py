@@ -521,17 +521,17 @@ def best_seconds_per_step(step: Any, point: dict, steps: int, chunks: int) -> fl
 def capture_warm_start() -> Iterator[dict[str, Any]]:
     """Within the block, every private warm start ``pymc_penalty.sample`` makes is also stored
     under ``"warm"`` of the dict yielded (its released point and covariance: post-processing)."""
-    import pymc_penalty.api as api
+    import pymc_penalty.budgeted as budgeted  # run_warm_start, which pp.sample calls
 
     captured: dict[str, Any] = {}
-    original = api.private_warm_start
+    original = budgeted.private_warm_start
 
     def capturing(*args, **kw):
         captured["warm"] = original(*args, **kw)
         return captured["warm"]
 
-    api.private_warm_start = capturing
+    budgeted.private_warm_start = capturing
     try:
         yield captured
     finally:
-        api.private_warm_start = original
+        budgeted.private_warm_start = original

@@ -5,6 +5,7 @@ from pymc_penalty._version import __version__
 from pymc_penalty.accounting import expected_acceptance, gdp_epsilon, gdp_mu
 from pymc_penalty.api import finalize, sample
 from pymc_penalty.audit import AuditResult, audit_releases, audit_step, audit_warm_start
+from pymc_penalty.budgeted import PenaltyMetropolis
 from pymc_penalty.contamination import (
     BernoulliContamination,
     EmpiricalPrivacy,
@@ -18,6 +19,7 @@ from pymc_penalty.contamination import (
 )
 from pymc_penalty.errors import (
     BudgetExhausted,
+    ClippingWarning,
     ConvergenceWarning,
     FrozenChainWarning,
     InvalidArgumentError,
@@ -42,12 +44,12 @@ from pymc_penalty.results.plots import plot_epsilon, plot_privacy
 from pymc_penalty.results.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.results.report import attach_report, build_report
 from pymc_penalty.results.view import ReportView, report
-from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = [
     "AuditResult",
     "BernoulliContamination",
     "BudgetExhausted",
+    "ClippingWarning",
     "EmpiricalPrivacy",
     "FrozenChainWarning",
     "InvalidArgumentError",

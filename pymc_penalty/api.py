@@ -18,13 +18,13 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.budgeted import run_warm_start, warm_start_report
 from pymc_penalty.errors import (
     InvalidArgumentError,
     PrivateSamplingError,
     SamplingInterrupted,
     UnevaluableRowsWarning,
     UnpublishedResultWarning,
-    WarmStartRefused,
 )
 from pymc_penalty.model.checks import (
     check_initvals,
@@ -37,12 +37,11 @@ from pymc_penalty.model.checks import (
 from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
 from pymc_penalty.planning.plan import (
     chain_starts,
-    clip_tail,
     phase_report,
-    positive_definite,
     resolve_chains,
     resolve_tune,
     resolve_warm_start,
+    warm_step_kwargs,
 )
 from pymc_penalty.planning.resolve import resolve_plan
 from pymc_penalty.privacy.budget import (
@@ -54,12 +53,11 @@ from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.output import hidden_timing, progressbar_allowed
 from pymc_penalty.results.publish import finalize, finalize_result, step_report
-from pymc_penalty.sampling.adaptation import RW_SCALE
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
 from pymc_penalty.sampling.setup import check_step_kwargs
 from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.validation import check_sample_arguments
-from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, private_warm_start
+from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
 
@@ -82,11 +80,6 @@ def _data_free_reason(exc: BaseException) -> str:
         if reason in text:
             return reason + (" (details withheld)" if "withheld" in text else "")
     return "details withheld, they could quote data values"
-
-
-def _warm_start_clip(warm_start_clip: float | None) -> float | str:
-    """The warm start's gradient clip, in its own metric: ``"auto"`` unless given."""
-    return "auto" if warm_start_clip is None else float(warm_start_clip)
 
 
 def _screen_rows(
@@ -124,14 +117,6 @@ def _screen_rows(
             stacklevel=3,
         )
     return screen
-
-
-def _warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
-    return {
-        "dp_warm_start_share": float(share) if warm is not None else 0.0,
-        "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
-        "dp_warm_start_releases": warm.releases if warm is not None else 0,
-    }
 
 
 def sample(
@@ -346,23 +331,17 @@ def sample(
         noise_rng = None
         if step_kwargs.get("reproducible_noise"):
             noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
-        try:
-            warm = private_warm_start(
-                model,
-                mu=float(np.sqrt(available * warm_start)),
-                ledger=ledger,
-                clip=_warm_start_clip(warm_start_clip),
-                steps=int(warm_start_steps),
-                neighbours=neighbours,
-                noise_rng=noise_rng,
-                compile_kwargs=step_kwargs.get("compile_kwargs"),
-                min_rows=min_rows,
-            )
-        except WarmStartRefused:
-            ledger.release_unused()
-            raise
-        # The chains get exactly what the warm start left (its unused reservation returned).
-        ledger.release_unused()
+        warm = run_warm_start(
+            model,
+            mu=float(np.sqrt(available * warm_start)),
+            ledger=ledger,
+            warm_start_clip=warm_start_clip,
+            steps=int(warm_start_steps),
+            neighbours=neighbours,
+            noise_rng=noise_rng,
+            compile_kwargs=step_kwargs.get("compile_kwargs"),
+            min_rows=min_rows,
+        )
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
             resolved = resolve_plan(
                 chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
@@ -370,23 +349,7 @@ def sample(
         pm_sample_kwargs["initvals"] = chain_starts(
             warm, resolved.run.chains, pm_sample_kwargs.get("random_seed")
         )
-        if "S" not in step_kwargs:
-            # Keep the warm start's metric: only the scaling adapts. The chain's own
-            # covariance is a worse metric while the privacy noise holds it nearly still
-            # (gauss, epsilon = 2: adapt="full" left sd ratio 0.71, R-hat 3.9; scaling-only
-            # 1.04, 2.6), and a proposal frozen at the posterior's shape is what the metric
-            # clip assumes. The step starts at the random-walk scale 2.38 / sqrt(d).
-            step_kwargs["S"] = positive_definite(warm.covariance)
-            step_kwargs.setdefault("adapt", "scaling")
-            step_kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
-        # Rows with heavier tails than Gaussian: the found clip starts higher, by the warm
-        # start's own found clip (released values only).
-        step_kwargs.setdefault("clip_tail", clip_tail(warm))
-        if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:
-            # n is private: a found clip starts from the warm start's released count (from
-            # 1, the chains' noise stayed too large through the 200 tuning steps a warm
-            # start gets: gauss n = 1e4, epsilon = 6, R-hat 2.4-3.1).
-            step_kwargs.setdefault("released_rows", warm.n_rows)
+        step_kwargs = warm_step_kwargs(warm, neighbours, step_kwargs)
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
     # path). This function finalizes the result itself, so the step's warning that a raw
     # result is unpublished does not apply here.
@@ -422,7 +385,7 @@ def sample(
     # own R-hat/ESS log warnings, which use other thresholds. An explicit True is kept.
     pm_sample_kwargs.setdefault("compute_convergence_checks", False)
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
-    warm_report = _warm_start_report(warm, warm_start)
+    warm_report = warm_start_report(warm, warm_start)
     warm_report.update(
         dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
     )

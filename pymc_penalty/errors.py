@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "PlanMismatchWarning",
+    "ClippingWarning",
     "ScreenRefused",
     "UnevaluableRowsWarning",
     "BudgetExhausted",
@@ -198,4 +199,14 @@ class PlanMismatchWarning(UserWarning):
     releasing at the plan's length, and every chain is cut to the same length), when chains
     beyond the plan released no draw (removed), and when the run was shorter than planned
     (budget left unspent). It says what was spent and removed.
+    """
+
+
+class ClippingWarning(UserWarning):
+    """Many rows were clipped: the chain samples a biased posterior.
+
+    Given by :func:`pymc_penalty.finalize` (and ``pymc_penalty.sample``) when the released
+    clipped fraction (``dp_clipped_fraction``, noisy: public) is above 5%. A clip found in
+    tuning (``clip="auto"``, the default with a budget) keeps it near 0.2%; a fixed clip
+    (``clip=1.0, clip_mode="distance"``, the earlier default) can clip a quarter of the rows.
     """

@@ -263,6 +263,23 @@ def check_step_arguments(
     check_real("clip_tail", clip_tail, low=1.0)
 
 
+def check_warm_start_arguments(
+    warm_start: Any, warm_start_clip: Any, warm_start_steps: Any
+) -> None:
+    """The private warm start's arguments, as :func:`pymc_penalty.sample` and a budgeted
+    :class:`~pymc_penalty.PenaltyMetropolis` take them.
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    if not (isinstance(warm_start, str) and warm_start == "auto"):
+        check_share("warm_start", warm_start)
+    if warm_start_clip is not None:
+        check_real("warm_start_clip", warm_start_clip, low=0.0, low_open=True)
+    check_integer("warm_start_steps", warm_start_steps, low=1)
+
+
 def check_sample_arguments(
     *,
     epsilon: Any,
@@ -301,11 +318,7 @@ def check_sample_arguments(
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)
     check_share("clip_count_share", clip_count_share)
-    if not (isinstance(warm_start, str) and warm_start == "auto"):
-        check_share("warm_start", warm_start)
-    if warm_start_clip is not None:
-        check_real("warm_start_clip", warm_start_clip, low=0.0, low_open=True)
-    check_integer("warm_start_steps", warm_start_steps, low=1)
+    check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
     if ledger_path is not None and not isinstance(ledger_path, str | os.PathLike):
         raise InvalidArgumentError(
             f"`ledger_path` must be a path (str or os.PathLike) or None; {_got(ledger_path)}."

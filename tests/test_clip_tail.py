@@ -15,7 +15,6 @@ import pytest
 from scipy import stats
 
 import pymc_penalty as pp
-import pymc_penalty.api as api
 from pymc_penalty.errors import InvalidArgumentError
 from pymc_penalty.planning import plan as sample_plan
 from pymc_penalty.sampling.adaptation import clip_target_fraction, starting_clip
@@ -82,6 +81,7 @@ def _poisson(n: int = 2000):
 def test_the_step_starts_its_found_clip_at_tail_times_the_gaussian_start():
     model = _poisson()
     kwargs = dict(epsilon=2.0, delta=1e-5, plan=pp.RunPlan(10, 10, 1), clip="auto", model=model)
+    kwargs["warm_start"] = 0  # the clip's own start (a warm start passes its clip_tail)
     with model:
         base = pp.PenaltyMetropolis(**kwargs)
         tailed = pp.PenaltyMetropolis(clip_tail=1.7, **kwargs)
@@ -94,13 +94,13 @@ def test_the_step_starts_its_found_clip_at_tail_times_the_gaussian_start():
 @pytest.mark.slow
 def test_sample_passes_the_warm_starts_tail_to_the_step(monkeypatch):
     seen: dict = {}
-    real_tail = api.clip_tail
+    real_tail = sample_plan.clip_tail
 
     def recording_tail(warm):
         seen["warm"], seen["tail"] = warm, real_tail(warm)
         return seen["tail"]
 
-    monkeypatch.setattr(api, "clip_tail", recording_tail)
+    monkeypatch.setattr(sample_plan, "clip_tail", recording_tail)  # warm_step_kwargs' rule
     kwargs = dict(epsilon=4.0, delta=1e-5, draws=20, tune=10, chains=1, random_seed=2)
     with _poisson():
         idata = pp.sample(discard_tuned_samples=False, **kwargs, **QUIET)

@@ -35,6 +35,7 @@ LAYERS = {
     "distributed": 10,
     "audit": 10,
     "api": 11,
+    "budgeted": 11,
     "datasets": 0,
     "data": 0,
     "demo": 12,

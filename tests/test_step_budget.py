@@ -10,6 +10,7 @@ before anything is compiled or spent. ``FrozenChainWarning`` carries nothing com
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 
@@ -71,7 +72,10 @@ def test_budgeted_step_spends_at_most_its_budget(model, cores):
     assert 0.0 < step.ledger.spent_mu2 <= budget_mu2 * (1 + 1e-12)
     assert 0.0 < idata.attrs["dp_epsilon"] <= EPS
     assert idata.attrs["dp_epsilon"] == pytest.approx(EPS, abs=1e-6)  # the plan spends it
-    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases
+    # The ledger also holds the step's own warm start (pp.sample's default, issue 29).
+    warm = idata.attrs["dp_warm_start_releases"]
+    assert warm > 0
+    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases - warm
     assert idata.attrs["dp_releases_per_chain"] == [30, 30]
     assert idata.attrs["dp_trimmed_draws"] == 0
 
@@ -94,13 +98,21 @@ def test_a_run_longer_than_the_plan_is_stopped_by_the_ledger(model):
 
 def test_the_step_calibrates_through_pp_calibrate(model):
     plan = RunPlan(draws=7, tune=3, chains=3)
-    step = _budgeted(model, plan)
+    step = _budgeted(model, plan, warm_start=0)
     expected = pp.calibrate(PrivacyBudget(EPS, DELTA).mu, plan, warn_below=0.0)
     assert step.mu == pytest.approx(expected, rel=1e-12)
+    # With its warm start (the default) the step is calibrated to what the warm start left.
+    warm = _budgeted(model, plan)
+    left = math.sqrt(step.ledger.budget_mu**2 - warm.ledger.spent_mu2)
+    assert warm.mu == pytest.approx(pp.calibrate(left, plan, warn_below=0.0), rel=1e-9)
     assert step.budget == PrivacyBudget(EPS, DELTA) and step.plan == plan
     # The default plan is pm.sample's draws, tune and chains on this machine.
-    default = _budgeted(model, None)
-    assert default.plan == RunPlan(1000, 1000, max(2, min(4, os.cpu_count() or 1)))
+    chains = max(2, min(4, os.cpu_count() or 1))
+    default = _budgeted(model, None, warm_start=0)
+    assert default.plan == RunPlan(1000, 1000, chains) and default.tune_release_cap is None
+    # After its warm start a chain releases pp.sample's tuning only (issue 29).
+    warmed = _budgeted(model, None)
+    assert warmed.plan == RunPlan(1000, 100, chains) and warmed.tune_release_cap == 100
 
 
 def test_a_given_ledger_is_used_and_calibrated_to_what_it_has_left(model):
@@ -304,7 +316,11 @@ def _construction_text(n: int, caplog) -> tuple[list[str], list[str]]:
             m = pm.Normal("m", 0.0, 5.0)
             pm.Normal("y", m, 1.0, observed=y)
             step = PenaltyMetropolis(
-                epsilon=0.05, delta=DELTA, neighbours="add_remove", plan=RunPlan(100, 100, 2)
+                epsilon=0.05,
+                delta=DELTA,
+                neighbours="add_remove",
+                plan=RunPlan(100, 100, 2),
+                warm_start=0,  # its released (noisy) values differ run to run, whatever n
             )
     assert step.budget is not None
     return [f"{w.category.__name__}: {w.message}" for w in caught], _package_log(caplog)

@@ -10,8 +10,10 @@ import pytest
 
 import pymc_penalty as pp
 import pymc_penalty.api as api
+import pymc_penalty.budgeted as budgeted
 import pymc_penalty.planning.plan as sample_plan
 from pymc_penalty.errors import InvalidArgumentError
+from pymc_penalty.sampling.step import PenaltyMetropolis as LowLevelStep
 from pymc_penalty.warmstart import WarmStart
 
 
@@ -30,19 +32,19 @@ def _recorded_run(monkeypatch, step_kwargs=None, **kwargs):
     """Run pp.sample, recording the warm start and each chain's last proposal factor."""
     warm_starts: list[WarmStart] = []
     chols: dict[int, np.ndarray] = {}
-    real_warm_start = api.private_warm_start
+    real_warm_start = budgeted.private_warm_start
 
     def recording_warm_start(*args, **kw):
         warm_starts.append(real_warm_start(*args, **kw))
         return warm_starts[-1]
 
-    class Recording(pp.PenaltyMetropolis):
+    class Recording(LowLevelStep):  # what pp.sample builds
         def astep(self, q0):
             out = super().astep(q0)
             chols[id(self)] = self.adapter.chol.copy()
             return out
 
-    monkeypatch.setattr(api, "private_warm_start", recording_warm_start)
+    monkeypatch.setattr(budgeted, "private_warm_start", recording_warm_start)
     monkeypatch.setattr(api, "PenaltyMetropolis", Recording)
     with _regression():
         idata = pp.sample(

@@ -14,7 +14,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import ConvergenceWarning, PlanMismatchWarning
+from pymc_penalty.errors import ClippingWarning, ConvergenceWarning, PlanMismatchWarning
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.results.diagnostics import ESS_NOTE, R_HAT_NOTE, convergence_verdict
@@ -32,14 +32,17 @@ def mean_clipped_fraction(idata: az.InferenceData) -> float:
     return float(vals.mean()) if vals.size else float("nan")
 
 
-def releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
+def releases_by_chain(
+    idata: az.InferenceData, ledger: Any, other_releases: int = 0, tune_cap: int | None = None
+) -> dict[int, int]:
     """Releases per chain, tuning included, from the stored statistics and the ledger.
 
     Stored draws say which were released. Tuning draws are usually not stored: a chain whose
     first stored draw was released released every tuning step too (a ledger's refusal is
     final for a fixed per-step cost, so nothing before a released step was refused). For the
     other chains the ledger's release count, less the chains known, is shared out, each
-    getting at most its tuning steps.
+    getting at most its tuning steps. ``other_releases``: the ledger's releases that no
+    chain made (a budgeted step's own warm start).
     """
     stats = idata.sample_stats
     released = np.asarray(stats["dp_released"].values, dtype=bool)
@@ -49,9 +52,11 @@ def releases_by_chain(idata: az.InferenceData, ledger: Any) -> dict[int, int]:
         counts = counts + np.asarray(warm["dp_released"].values, dtype=bool).sum(axis=1)
     else:
         tune = int(stats.attrs.get("tuning_steps", 0) or 0)
+        tune = tune if tune_cap is None else min(tune, int(tune_cap))
         certain = released[:, 0] if released.shape[1] else np.zeros(len(counts), dtype=bool)
         counts = counts + np.where(certain, tune, 0)
         total = getattr(ledger, "releases", None)
+        total = None if total is None else int(total) - int(other_releases)
         rest = tune * int((~certain).sum()) if total is None else int(total) - int(counts.sum())
         for c in np.flatnonzero(~certain):
             share = min(tune, max(rest, 0))
@@ -123,13 +128,21 @@ def finalize_result(
     return_reservation(ledger)  # this process's: the file then holds every grant
     if callback is not None:
         callback.check_against_ledger()
-    releases = None if callback is not None else releases_by_chain(idata, ledger)
+    own = getattr(step, "extra_report", None) or {}  # a budgeted step's own warm start
+    others = int(own.get("dp_warm_start_releases", 0))
+    releases = (
+        None
+        if callback is not None
+        else releases_by_chain(idata, ledger, others, getattr(step, "tune_release_cap", None))
+    )
     report = step_report(step, budget, callback, mean_clipped_fraction(idata), releases)
+    report.update(own)
     report.update(extra or {})
     if model is None:
         model = getattr(step, "_model", None)
     idata = attach_report(idata, report, model=model, keep_data=keep_data)
     warn_plan_mismatch(idata, getattr(step, "plan", None))
+    warn_clipping(idata)
     verdict_after_sampling(idata)
     return idata
 
@@ -175,6 +188,27 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             f"({_plan_text(plan)}) pays for: {spent}, and each release's noise was sized for "
             f"the longer run. {fix}",
             PlanMismatchWarning,
+            stacklevel=3,
+        )
+
+
+#: Above this released clipped fraction :func:`warn_clipping` warns: the clip found in tuning
+#: aims at 0.2% or less, and a fraction this large moves the posterior (issue 29: the fixed
+#: clip 1.0 in "distance" mode clipped 25% of the rows at epsilon 1, means 70-160 sd off).
+CLIPPED_WARN_FRACTION = 0.05
+
+
+def warn_clipping(idata: az.InferenceData) -> None:
+    """Warn (:class:`~pymc_penalty.ClippingWarning`) when the report's released clipped
+    fraction is above :data:`CLIPPED_WARN_FRACTION` (released, so public: no privacy cost)."""
+    fraction = float(idata.attrs.get("dp_clipped_fraction", float("nan")))
+    if fraction > CLIPPED_WARN_FRACTION:
+        warnings.warn(
+            f"{fraction:.0%} of the rows' log-likelihood ratios were clipped (released "
+            "dp_clipped_fraction): the draws follow a clipped, biased likelihood, and the "
+            "report's Monte Carlo error does not include that bias. Use clip='auto' with "
+            "clip_mode='metric' (the default with a budget), or a larger clip.",
+            ClippingWarning,
             stacklevel=3,
         )
 

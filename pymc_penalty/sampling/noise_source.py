@@ -42,6 +42,17 @@ class PrivateNoiseMixin:
     #: was free.
     _chain_slots: ChainSlots | None = None
     _chain_slot: int | str | None = _UNCLAIMED
+    #: Public start points, one per slot (dicts keyed by value variable, as ``initvals``):
+    #: each chain moves to its slot's start at its first step. None: the chain starts where
+    #: ``pm.sample`` puts it.
+    _chain_starts: list[dict[str, np.ndarray]] | None = None
+    #: Tuning steps a chain releases (None: all of ``pm.sample``'s); the rest of its tuning
+    #: steps release nothing and stay put. A chain started near the posterior with its
+    #: metric needs only the scaling and the clip tuned, and every tuning release costs as
+    #: much as a draw (``pymc_penalty.planning.plan.resolve_tune``).
+    tune_release_cap: int | None = None
+    _tune_releases: int = 0
+    _chain_started: bool = False
 
     def set_rng(self, rng: Any) -> None:
         """Set the chain's generator; ``pm.sample`` calls it once as each chain starts (with
@@ -49,6 +60,37 @@ class PrivateNoiseMixin:
         super().set_rng(rng)  # type: ignore[misc]
         self._chain_releases = 0
         self._chain_slot = _UNCLAIMED
+        self._chain_started = False
+        self._tune_releases = 0
+
+    def _claim_slot(self) -> int | None:
+        """This chain's slot, claimed now if it has none yet (None when every slot is taken)."""
+        if self._chain_slot == _UNCLAIMED:
+            self._chain_slot = self._chain_slots.claim()  # type: ignore[union-attr]
+        return self._chain_slot  # type: ignore[return-value]
+
+    def _chain_start(self, q0: Any) -> np.ndarray:
+        """The point this step moves from: ``q0``'s, except at a chain's first step when the
+        step has starts, where it is the start of the chain's slot (raveled as ``q0``).
+
+        ``pm.sample`` passes its own initial point and offers no hook to change it, so the
+        step moves each chain itself: a jump to a public point (a draw from the private warm
+        start's approximation), no data read, before the chain's first release. The chain
+        learns its index from its slot, claimed in the ledger's folder of slots
+        (:class:`~pymc_penalty.privacy.chain_slots.ChainSlots`): that works alike for
+        chains run one after another by one step (``cores=1``, ``set_rng`` starts each) and
+        for copies of the step in worker processes (``cores>1``), where nothing else tells a
+        copy which chain it runs. A chain past the plan's number has no slot, releases
+        nothing and stays where it is."""
+        if self._chain_starts is None or self._chain_started:
+            return q0.data
+        self._chain_started = True
+        slot = self._claim_slot() if self._chain_slots is not None else None
+        if slot is None:
+            return q0.data
+        start = self._chain_starts[slot % len(self._chain_starts)]
+        parts = [np.ravel(start[name]) for name, _shape, _size, _dtype in q0.point_map_info]
+        return np.concatenate(parts).astype(q0.data.dtype, copy=False)
 
     def _charge(self, mu2: float) -> bool:
         """Commit one release's ``mu2`` to the ledger, unless this chain has made the
@@ -56,14 +98,16 @@ class PrivateNoiseMixin:
         ledger refuses: finally)."""
         if self._chain_cap is not None and self._chain_releases >= self._chain_cap:
             return False
-        if self._chain_slots is not None:
-            if self._chain_slot == _UNCLAIMED:
-                self._chain_slot = self._chain_slots.claim()
-            if self._chain_slot is None:
+        tuning = bool(getattr(self, "tune", False))
+        if tuning and self.tune_release_cap is not None:
+            if self._tune_releases >= self.tune_release_cap:
                 return False
+        if self._chain_slots is not None and self._claim_slot() is None:
+            return False
         if not self.ledger.try_spend(mu2):  # type: ignore[attr-defined]
             return False
         self._chain_releases += 1
+        self._tune_releases += tuning
         return True
 
     def _noise(self) -> np.random.Generator:

@@ -471,7 +471,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         """One penalised Metropolis step in the raveled parameter space (see
         :func:`pymc_penalty.sampling.kernel.transition`)."""
-        x0 = q0.data
+        x0 = self._chain_start(q0)  # a chain's first step may move it to its start
         x1, length = self._propose(x0)
         noise, release, count_sd = self._step_noise(length)
         stats = self._step_stats(x1)
@@ -480,7 +480,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         new, info = transition(self.rng, state, x1, noise, release, charge=charge)
         stats.update(info_stats(info))
         if not info.released:
-            return q0, [stats]
+            return RaveledVars(x0, q0.point_map_info), [stats]
         self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
         self.adapter.after_decision(info.accepted)
         if self.tune:
