@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "MembershipWarning",
     "PlanMismatchWarning",
     "ClippingWarning",
     "ScreenRefused",
@@ -210,3 +211,9 @@ class ClippingWarning(UserWarning):
     tuning (``clip="auto"``, the default with a budget) keeps it near 0.2%; a fixed clip
     (``clip=1.0, clip_mode="distance"``, the earlier default) can clip a quarter of the rows.
     """
+
+
+class MembershipWarning(UserWarning):
+    """Under add/remove-one neighbours without ``min_rows``, a refusal by the model gate can
+    depend on the private number of rows (issue 28): pass ``min_rows``, a public lower bound,
+    so that every refusal is a function of public inputs only."""

@@ -389,3 +389,33 @@ def test_a_deterministic_reading_any_constant_array_is_not_published():
         pm.Deterministic("scaled", 3.0 * a)
         pm.Normal("y", a, 1.0, observed=y)
     assert data_dependent_deterministics(model) == ["two"]
+
+
+# --- item 2 by default: without min_rows the dependence on n is said, the same for every n ----
+
+
+def _gate_warnings(n: int, neighbours: str, min_rows: int | None) -> list[str]:
+    from pymc_penalty.model.checks import validate_model
+
+    y = np.random.default_rng(n).normal(size=n)
+    with pm.Model() as model:
+        m = pm.Normal("m", 0.0, 1.0)
+        pm.Normal("y", m, 1.0, observed=y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        validate_model(
+            model,
+            list(model.value_vars),
+            add_remove=neighbours == "add_remove",
+            min_rows=min_rows,
+        )
+    return [str(w.message) for w in caught if issubclass(w.category, pp.MembershipWarning)]
+
+
+def test_add_remove_without_min_rows_warns_with_a_text_free_of_n():
+    at_40, at_41 = _gate_warnings(40, "add_remove", None), _gate_warnings(41, "add_remove", None)
+    assert at_40 and at_40 == at_41  # said, and the same for n and n + 1
+    assert "40" not in at_40[0] and "41" not in at_41[0] and "min_rows" in at_40[0]
+    # Controls: with a public bound, and under substitute-one (n public), nothing to say.
+    assert _gate_warnings(41, "add_remove", 10) == []
+    assert _gate_warnings(41, "substitute", None) == []

@@ -15,6 +15,7 @@ through per-row terms (invariant 7), checked by :mod:`pymc_penalty.model.localit
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_penalty.errors import ModelNotPrivateError, RowCouplingError
+from pymc_penalty.errors import MembershipWarning, ModelNotPrivateError, RowCouplingError
 from pymc_penalty.model.locality import (
     carries_records,
     check_row_locality,
@@ -134,7 +135,19 @@ def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
     ModelNotPrivateError
         Under add/remove-one, when the table has fewer rows than ``min_rows``.
     """
-    if not add_remove or min_rows is None:
+    if not add_remove:
+        return n
+    if min_rows is None:
+        # The same text for every n: the warning itself says nothing about the table.
+        warnings.warn(
+            "Under add/remove-one neighbours without `min_rows`, the model gate's shape rules "
+            "compare lengths with the private number of rows, so whether a model is refused "
+            "can depend on whether one record is in the table (a refusal spends nothing). "
+            "Pass `min_rows`, a public lower bound on the rows fixed without looking at the "
+            "table, to make every refusal a function of public inputs only.",
+            MembershipWarning,
+            stacklevel=2,
+        )
         return n
     if n < min_rows:
         raise ModelNotPrivateError(
