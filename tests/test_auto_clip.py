@@ -47,6 +47,7 @@ def test_auto_clip_finds_a_clip_that_clips_about_the_target_fraction():
             plan=RunPlan(600, 1000, 1),
             clip="auto",
             clip_mode="metric",
+            warm_start=0,  # the low-level start: the clip found from the untuned metric
             reproducible_noise=True,  # a fixed seed: the check is deterministic
         )
     target = clip_target_fraction(n)
@@ -85,6 +86,7 @@ def test_auto_clip_is_reset_with_the_proposal_and_frozen_without_tuning():
             clip="auto",
             clip_mode="metric",
             S=np.ones(2),
+            warm_start=0,  # the low-level found clip (a warm start would start it elsewhere)
         )
     start = step.clip
     _run(model, step, 50, 100)
@@ -99,6 +101,7 @@ def test_auto_clip_is_reset_with_the_proposal_and_frozen_without_tuning():
             clip="auto",
             clip_mode="metric",
             tune=False,
+            warm_start=0,
         )
     idata = _run(model, frozen, 50, 0)
     assert np.all(idata.sample_stats["dp_clip"].values == frozen.clip)
