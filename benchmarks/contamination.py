@@ -5,8 +5,9 @@ At equal (epsilon, delta), one chain of ``tune + draws`` penalty steps each, com
 - ``certified-constant`` / ``certified-lipschitz``:
   :func:`pymc_penalty.contamination.certified_step` on the contaminated model and the
   contaminated data (clip derived from (p, g, f));
-- ``clipped``: an ordinary :class:`~pymc_penalty.PenaltyMetropolis` (default ``clip=1``,
-  ``clip_mode="distance"``) on the uncontaminated model and the original data.
+- ``clipped``: an ordinary :class:`~pymc_penalty.PenaltyMetropolis` with a fixed clip
+  (``clip=1``, ``clip_mode="distance"``, no warm start: the step's defaults before issue 29)
+  on the uncontaminated model and the original data.
 
 Every chain starts at the data-generating parameter (public here: the synthetic data's
 ``theta_ref``), so the table measures the stationary error, not the burn-in.
@@ -115,7 +116,14 @@ def run_chain(method, model, plain, domain, data, data_tilde, start, epsilon, de
         y, x = data
         pm_model = plain.pymc_model(y, x)
         with pm_model:
-            step = pp.PenaltyMetropolis(epsilon=epsilon, delta=delta, plan=plan)
+            step = pp.PenaltyMetropolis(
+                epsilon=epsilon,
+                delta=delta,
+                plan=plan,
+                clip=1.0,
+                clip_mode="distance",
+                warm_start=0,
+            )
     else:
         y, x = data_tilde
         pm_model = model.pymc_model(y, x, rate=RATE)
