@@ -32,8 +32,6 @@ __all__ = [
     "FAR_ABOVE_ZERO",
     "SCREEN_SHARE",
     "RowScreen",
-    "ScreenRefused",
-    "UnevaluableRowsWarning",
     "count_noise_sd",
     "flag_unevaluable",
     "screen_rows",
