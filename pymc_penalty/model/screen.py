@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import LikelihoodEvaluationError, ScreenRefused, UnevaluableRowsWarning
+from pymc_penalty.errors import LikelihoodEvaluationError, ScreenRefused
 from pymc_penalty.model.likelihood import per_datapoint_terms
 
 __all__ = [
