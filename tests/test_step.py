@@ -88,9 +88,10 @@ def test_noise_does_not_follow_random_seed_unless_reproducible(normal_model):
     def draws(seed, reproducible):
         with normal_model:
             step = PenaltyMetropolis(noise_sd=3.0, clip=None, reproducible_noise=reproducible)
-            idata = pm.sample(draws=30, tune=0, chains=1, step=step, random_seed=seed, **QUIET)
-        # "accept" is a continuous function of the noisy release: it reveals the noise.
-        return idata.sample_stats["accept"].values
+            pm.sample(draws=30, tune=0, chains=1, step=step, random_seed=seed, **QUIET)
+        # Read the noise stream itself: the published `accept` sits on a coarse grid
+        # (pymc_penalty.privacy.precision), so two runs with other noise can publish the same.
+        return step._noise().standard_normal(16)
 
     assert not np.array_equal(draws(7, False), draws(7, False))
     assert np.array_equal(draws(7, True), draws(7, True))
