@@ -19,10 +19,11 @@ so the coverage of the true parameter by the 90% interval is meaningful:
 - ``hierarchical``: 8 group intercepts ``a_g ~ N(mu, tau)``, ``mu ~ N(0, 1)``,
   ``tau ~ HalfNormal(1)``, ``y ~ N(a[g], 1)``, groups uniform over the rows (10 parameters).
 
-Methods (a registry: :func:`register_method` adds one by name, e.g. a future ``taylor``):
+Methods (a registry: :func:`register_method` adds one by name):
 
 - ``pp_sample``: ``pp.sample(epsilon=, delta=, model=)``, every other argument at its default
   (``random_seed``, ``cores=1`` and ``progressbar=False`` aside);
+- ``taylor``: the same with ``method="taylor"`` (the Taylor control-variate path);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
   ``idata = pm.sample(step=step)`` at pm.sample's defaults (``cores=1``, so 2 chains), then
   ``pp.finalize(idata, step)``;
@@ -291,6 +292,20 @@ def run_pp_sample(ds: Dataset, epsilon: float, seed: int, quick: bool):
     idata = pp.sample(
         epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
         progressbar=False, **extra,
+    )  # fmt: skip
+    return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
+
+
+@register_method("taylor")
+def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``pp.sample(epsilon=, delta=, method="taylor")``, otherwise as ``pp_sample``."""
+    import pymc_penalty as pp
+
+    model = build_model(ds)
+    extra = {"draws": QUICK_DRAWS} if quick else {}
+    idata = pp.sample(
+        epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
+        progressbar=False, method="taylor", **extra,
     )  # fmt: skip
     return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
 

@@ -8,6 +8,8 @@ ledger) and ends with the same code as :func:`finalize`, the last step of the lo
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 import warnings
@@ -18,7 +20,12 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.sensitivity import Neighbours
-from pymc_penalty.budgeted import run_warm_start, warm_start_report
+from pymc_penalty.budgeted import (
+    run_taylor_oneshot,
+    run_warm_start,
+    taylor_posterior,
+    warm_start_report,
+)
 from pymc_penalty.errors import (
     InvalidArgumentError,
     PrivateSamplingError,
@@ -56,8 +63,10 @@ from pymc_penalty.results.publish import finalize, finalize_result, step_report
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
 from pymc_penalty.sampling.setup import check_step_kwargs
 from pymc_penalty.sampling.step import PenaltyMetropolis
+from pymc_penalty.sampling.taylor import TaylorModel, TaylorPenaltyMetropolis
 from pymc_penalty.validation import check_sample_arguments
-from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart
+from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, prepare_warm_start
+from pymc_penalty.warmstart.taylor import TAYLOR_SHARE
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
 
@@ -142,6 +151,7 @@ def sample(
     cluster: Any = None,
     shards: Any = None,
     backend: str = "pymc",
+    method: str = "penalty",
     **pm_sample_kwargs: Any,
 ) -> az.InferenceData:
     """Draw a differentially private posterior sample with a privacy report.
@@ -233,6 +243,16 @@ def sample(
         ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
         draws run on a JAX device in jitted blocks, with the same releases, noise source,
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
+    method : {"penalty", "taylor"}, default "penalty"
+        ``"taylor"``: after the warm start, release each row's Taylor terms at its point once
+        (summed, clipped, with noise; :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`,
+        :data:`~pymc_penalty.warmstart.taylor.TAYLOR_SHARE` of what the warm start leaves),
+        and let the chains pay per step only for the clipped sum of the rows' residuals
+        (:class:`pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis`). The chains then
+        target the posterior tilted by the one-shot noise; the returned posterior integrates
+        that noise out (:func:`pymc_penalty.results.noise_aware.noise_aware_posterior`,
+        Gaussian regime) and the raw chain's draws are in the ``posterior_tilted`` group.
+        ``"penalty"``: the plain penalty walk (exact for the posterior itself).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
         ``progressbar=False`` also silences the privacy progress lines (``pymc.penalty``
@@ -316,9 +336,18 @@ def sample(
         neighbours=neighbours,
         clip_count_share=clip_count_share,
     )
+    taylor_path = method == "taylor"
+    if taylor_path and warm_start <= 0:
+        raise InvalidArgumentError(
+            "method='taylor' needs a warm start: leave out `initvals` (the chains start at "
+            "the released model's estimate)."
+        )
+    chains_share = (1.0 - TAYLOR_SHARE) if taylor_path else 1.0
+    plan_args["forecast"] = not taylor_path  # the forecast models the plain walk only
     # Before anything is spent: the chains get what the screen and the warm start leave.
     resolved = resolve_plan(
-        chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start)), **plan_args
+        chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start) * chains_share),
+        **plan_args,
     )
     # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
     screen = _screen_rows(
@@ -326,11 +355,20 @@ def sample(
     )
     available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
+    taylor: TaylorModel | None = None
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
         noise_rng = None
         if step_kwargs.get("reproducible_noise"):
             noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
+        target = None
+        if taylor_path:  # the gate and the compiled likelihood, shared with the one-shot
+            target = prepare_warm_start(
+                model,
+                neighbours=neighbours,
+                compile_kwargs=step_kwargs.get("compile_kwargs"),
+                min_rows=min_rows,
+            )
         warm = run_warm_start(
             model,
             mu=float(np.sqrt(available * warm_start)),
@@ -341,7 +379,18 @@ def sample(
             noise_rng=noise_rng,
             compile_kwargs=step_kwargs.get("compile_kwargs"),
             min_rows=min_rows,
+            target=target,
         )
+        if taylor_path:  # the one-shot release of the rows' Taylor sums at its point
+            taylor = run_taylor_oneshot(
+                target,
+                warm,
+                mu=math.sqrt(available_mu(ledger) ** 2 * TAYLOR_SHARE),
+                ledger=ledger,
+                noise_rng=noise_rng,
+            )
+            # The chains start and move in the released model's metric (public values).
+            warm = dataclasses.replace(warm, point=taylor.point, covariance=taylor.covariance)
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
             resolved = resolve_plan(
                 chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
@@ -353,9 +402,14 @@ def sample(
     # The budgeted step calibrates itself to what the ledger has left (the one calibration
     # path). This function finalizes the result itself, so the step's warning that a raw
     # result is unpublished does not apply here.
+    step_class: type[PenaltyMetropolis] = PenaltyMetropolis
+    if taylor is not None:
+        step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
+        step_kwargs.pop("clip_tail", None)  # the residual clip is released, not found
+        clip = taylor.residual_clip if clip == "auto" else clip
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
-        step = PenaltyMetropolis(
+        step = step_class(
             epsilon=budget.epsilon,
             delta=budget.delta,
             plan=resolved.run,
@@ -391,6 +445,7 @@ def sample(
     )
     warm_report.update(phase_report(step, resolved.run))
     warm_report.update(resolved.report)
+    warm_report.update(taylor.report() if taylor is not None else {"dp_method": "penalty"})
 
     if not progressbar_allowed(neighbours):
         # Its draws per second and times measure n, private under add/remove-one.
@@ -430,6 +485,9 @@ def sample(
             f"{budget.delta:g}, {report['dp_releases']} releases).",
             report,
         ) from None  # the original (and a worker's traceback) could quote data values
-    return finalize_result(
+    idata = finalize_result(
         idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
     )
+    if taylor is not None:  # post-processing of released values: no privacy cost
+        idata = taylor_posterior(idata, model, taylor, pm_sample_kwargs.get("random_seed"))
+    return idata

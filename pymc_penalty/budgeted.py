@@ -32,6 +32,7 @@ from pymc_penalty.planning.plan import (
 )
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
+from pymc_penalty.results.noise_aware import noise_aware_posterior
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
     SET_BY_SAMPLE,
@@ -39,10 +40,23 @@ from pymc_penalty.sampling.setup import (
     check_step_kwargs,
 )
 from pymc_penalty.sampling.step import PenaltyMetropolis as _Step
+from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.validation import check_step_arguments, check_warm_start_arguments
-from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, private_warm_start
+from pymc_penalty.warmstart import (
+    WARM_START_STEPS,
+    WarmStart,
+    WarmStartTarget,
+    private_warm_start,
+)
+from pymc_penalty.warmstart.taylor import taylor_oneshot
 
-__all__ = ["PenaltyMetropolis", "run_warm_start", "warm_start_report"]
+__all__ = [
+    "PenaltyMetropolis",
+    "run_taylor_oneshot",
+    "run_warm_start",
+    "taylor_posterior",
+    "warm_start_report",
+]
 
 
 def run_warm_start(
@@ -56,6 +70,7 @@ def run_warm_start(
     noise_rng: np.random.Generator | None,
     compile_kwargs: dict[str, Any] | None,
     min_rows: int | None,
+    target: WarmStartTarget | None = None,
 ) -> WarmStart:
     """:func:`~pymc_penalty.warmstart.private_warm_start` spending ``mu`` from ``ledger``, its
     gradient clip ``"auto"`` unless ``warm_start_clip`` is given; the ledger's unused
@@ -72,9 +87,47 @@ def run_warm_start(
             noise_rng=noise_rng,
             compile_kwargs=compile_kwargs,
             min_rows=min_rows,
+            target=target,
         )
     finally:
         ledger.release_unused()
+
+
+def run_taylor_oneshot(
+    target: WarmStartTarget,
+    warm: WarmStart,
+    *,
+    mu: float,
+    ledger: Any,
+    noise_rng: np.random.Generator | None,
+) -> TaylorModel:
+    """:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot` spending ``mu`` from ``ledger``;
+    the ledger's unused reservation is returned after it (also when it is refused)."""
+    try:
+        return taylor_oneshot(target, warm, mu=float(mu), ledger=ledger, noise_rng=noise_rng)
+    finally:
+        ledger.release_unused()
+
+
+def taylor_posterior(idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any) -> Any:
+    """The Taylor path's published posterior: the chain's draws with the one-shot noise
+    integrated out (:func:`~pymc_penalty.results.noise_aware.noise_aware_posterior`), the
+    raw chain's draws (the tilted target's) kept as ``posterior_tilted``. Post-processing of
+    released values and the release's public noise law: no privacy cost."""
+    seed = _seed(random_seed)
+    rng = np.random.default_rng(None if seed is None else [seed, 0x7A7])
+    out = noise_aware_posterior(
+        idata,
+        model,
+        t=taylor.t,
+        L=taylor.L,
+        sd_G=taylor.release.sd_G,
+        sd_H=taylor.release.sd_H,
+        rng=rng,
+        var_names=list(idata.posterior.data_vars),
+    )
+    out.add_groups({"posterior_tilted": idata.posterior})
+    return out
 
 
 def warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:

@@ -280,6 +280,28 @@ def check_warm_start_arguments(
     check_integer("warm_start_steps", warm_start_steps, low=1)
 
 
+def _check_taylor_arguments(
+    backend: Any, clip: Any, clip_mode: Any, warm_start: Any, others: Mapping[str, Any]
+) -> None:
+    """What ``method="taylor"`` cannot be combined with (before anything is spent)."""
+    if backend != "pymc":
+        raise InvalidArgumentError("method='taylor' runs on backend='pymc' only.")
+    for name in ("owners", "shards"):
+        if others.get(name) is not None:
+            raise InvalidArgumentError(f"method='taylor' cannot be combined with `{name}`.")
+    if not (isinstance(warm_start, str) and warm_start == "auto") and not warm_start > 0:
+        raise InvalidArgumentError(
+            "method='taylor' expands the likelihood at the warm start's point: `warm_start` "
+            "must be 'auto' or positive."
+        )
+    if clip_mode != "metric":
+        raise InvalidArgumentError(
+            "method='taylor' bounds the residuals in its own metric: leave `clip_mode` at 'metric'."
+        )
+    if isinstance(clip, str) and clip != "auto":
+        raise InvalidArgumentError(f"`clip` must be 'auto' or positive; {_got(clip)}.")
+
+
 def check_sample_arguments(
     *,
     epsilon: Any,
@@ -299,6 +321,7 @@ def check_sample_arguments(
     step_kwargs: Any,
     pm_sample_kwargs: Mapping[str, Any],
     backend: Any = "pymc",
+    method: Any = "penalty",
     **others: Any,
 ) -> None:
     """Every argument of :func:`pymc_penalty.sample` (and ``cores``, ``random_seed`` of
@@ -314,6 +337,9 @@ def check_sample_arguments(
         draws, _integer_or_auto("tune", tune, low=0), _integer_or_auto("chains", chains, low=1)
     )
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.backends.jax.driver
+    check_choice("method", method, ("penalty", "taylor"))
+    if method == "taylor":
+        _check_taylor_arguments(backend, clip, clip_mode, warm_start, others)
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)

@@ -46,6 +46,8 @@ __all__ = [
     "DataChangedError",
     "LikelihoodEvaluationError",
     "PenaltyLikelihood",
+    "RowControl",
+    "taylor_features",
     "clipped_ratio_sum",
     "per_datapoint_terms",
     "step_mode",
@@ -94,6 +96,63 @@ def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
         in2out(local_remove_check_parameter).rewrite(fgraph)
         terms = list(fgraph.outputs)
     return [_per_datapoint(t) for t in terms]
+
+
+class RowControl:
+    """Per-row control variates subtracted from the per-datapoint log-likelihood.
+
+    Each row's model ``m_i(x) = c_i . phi(w)``, ``w = L^{-1} (x - t)``, with
+    ``phi`` = :func:`taylor_features` (the first-order terms ``w``, then, for a second-order
+    model, ``w_j^2 / 2`` and ``w_j w_k`` for ``j < k``). The step then clips and sums the rows'
+    residuals ``[l_i(x') - m_i(x')] - [l_i(x) - m_i(x)]``
+    (:mod:`pymc_penalty.privacy.taylor`). ``t`` and ``L`` are public; the coefficients
+    ``c_i`` are per-row functions of row ``i`` alone (private, like the data: they live in
+    the compiled function's storage and never in an output).
+
+    Parameters
+    ----------
+    t : ndarray, shape (d,)
+        Reference point on the raveled unconstrained space.
+    L : ndarray, shape (d, d)
+        Whitening factor (lower triangular, invertible).
+    coef : ndarray, shape (n, k)
+        Each row's coefficients: ``k = d`` (first order) or ``d + d (d + 1) / 2``.
+    """
+
+    def __init__(self, t: np.ndarray, L: np.ndarray, coef: np.ndarray) -> None:
+        self.t = np.asarray(t, dtype=np.float64)
+        self.L = np.asarray(L, dtype=np.float64)
+        self.coef = np.asarray(coef, dtype=np.float64)
+        d = self.t.size
+        if self.L.shape != (d, d) or self.coef.ndim != 2:
+            raise ValueError("RowControl: t, L and coef have inconsistent shapes")
+        if self.coef.shape[1] not in (d, d + d * (d + 1) // 2):
+            raise ValueError(f"RowControl: coef needs {d} or {d + d * (d + 1) // 2} columns")
+        self.second_order = self.coef.shape[1] > d
+
+    def graph(self, flat: pt.TensorVariable) -> pt.TensorVariable:
+        """The rows' models at ``flat`` as a graph, shape (n,)."""
+        t = pt.constant(self.t)
+        L_inv = pt.constant(np.linalg.inv(self.L))
+        w = pt.dot(L_inv, pt.cast(flat, "float64") - t)
+        coef = pytensor.shared(self.coef, name="taylor_coef", shape=(None, self.coef.shape[1]))
+        return pt.dot(coef, taylor_features(w, self.t.size, self.second_order))
+
+
+def taylor_features(w: Any, d: int, second_order: bool) -> Any:
+    """``phi(w)``: ``w``, then ``w_j^2 / 2`` and ``w_j w_k`` (``j < k``) for a second-order model.
+
+    Works on NumPy arrays (shape (d,) or (m, d)) and on PyTensor vectors alike, so a row's
+    model ``c_i . phi(w)`` equals ``g_i . w + w' H_i w / 2`` with ``c_i = (g_i, H_i[iu])``
+    (``iu``: the upper triangle, diagonal included, row by row).
+    """
+    if not second_order:
+        return w
+    j, k = np.triu_indices(d)
+    half = np.where(j == k, 0.5, 1.0)
+    if isinstance(w, np.ndarray):
+        return np.concatenate([w, w[..., j] * w[..., k] * half], axis=-1)
+    return pt.concatenate([w, w[j] * w[k] * pt.constant(half)])
 
 
 def step_mode(mode: str | Mode | None = None) -> Mode:
@@ -181,6 +240,9 @@ class PenaltyLikelihood:
     segments : tuple of (ndarray, int), optional
         ``(index, n_segments)``: return the clipped sums and clip counts per segment (for
         instance per data owner) instead of their totals, computed in the same call.
+    control : RowControl, optional
+        Per-row control variates: every per-datapoint value is then ``l_i - m_i``, so the
+        ratios clipped and summed are the rows' residuals (the Taylor path).
     """
 
     def __init__(
@@ -190,6 +252,7 @@ class PenaltyLikelihood:
         point: dict[str, np.ndarray],
         compile_kwargs: dict[str, Any] | None = None,
         segments: tuple[np.ndarray, int] | None = None,
+        control: RowControl | None = None,
     ) -> None:
         obs_terms = per_datapoint_terms(model)
         per_point = obs_terms[0]
@@ -200,6 +263,8 @@ class PenaltyLikelihood:
         (ll, logprior), flat = join_nonshared_inputs(
             point=point, outputs=[per_point, prior], inputs=value_vars, shared_inputs=shared
         )
+        if control is not None:  # the rows' residuals after their Taylor models
+            ll = pt.cast(ll, "float64") - control.graph(flat)
         # The two per-datapoint vectors: the current state's (read by the call) and the last
         # proposal's (written by it). Their length is set by the first reset or evaluate.
         empty = np.zeros(0, dtype=ll.dtype)

@@ -104,6 +104,7 @@ def resolve_plan(
     neighbours: Any,
     clip_count_share: float,
     released_rows: float | None = None,
+    forecast: bool = True,
 ) -> SamplePlan:
     """Resolve the run once: ``chains="auto"`` from the forecast of a 4-chain plan, then the
     forecast of the resolved plan, which warns (:class:`~pymc_penalty.UtilityWarning`) when it
@@ -125,6 +126,9 @@ def resolve_plan(
         As in :func:`pymc_penalty.sample`.
     released_rows : float, optional
         Under add/remove-one, the warm start's released noisy count of the rows.
+    forecast : bool, default True
+        False: no forecast (the Taylor path, which the plain penalty walk's forecast does not
+        describe); ``chains="auto"`` is then 4.
 
     Returns
     -------
@@ -138,6 +142,10 @@ def resolve_plan(
         released_rows=released_rows,
     )
     run = RunPlan(int(draws), int(tune), resolve_chains(chains, 0.0, None))
+    if not forecast:
+        return SamplePlan(
+            run=run, warm_start=float(warm_start), step_mu=calibrate(chains_mu, run, warn_below=0.0)
+        )
     if isinstance(chains, str) and chains == "auto":
         forecast = _forecast(calibrate(chains_mu, run, warn_below=0.0), run, **args)
         ess = None if forecast is None else float(forecast.ess)

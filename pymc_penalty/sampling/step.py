@@ -253,6 +253,8 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     _state_class = ClippedPenaltyState
     # (index, count) to release per-segment clipped sums; set by the owners variant.
     _segments: tuple[np.ndarray, int] | None = None
+    # Per-row control variates subtracted in the compiled likelihood (the Taylor path).
+    _row_control: Any = None
 
     def __init__(
         self,
@@ -381,7 +383,12 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             clip_probe=not shaped,
         )
         self._lik = PenaltyLikelihood(
-            model, vars, initial_point, compile_kwargs, segments=self._segments
+            model,
+            vars,
+            initial_point,
+            compile_kwargs,
+            segments=self._segments,
+            control=self._row_control,
         )
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)

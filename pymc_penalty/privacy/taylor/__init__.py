@@ -34,11 +34,15 @@ import numpy as np
 __all__ = [
     "ClippedRows",
     "TaylorRelease",
+    "clip_packed_rows",
     "clip_rank_one_rows",
     "clip_rows",
     "clipped_residual_sum",
     "noise_aware_draws",
     "oneshot_sensitivities",
+    "packed_frobenius",
+    "packed_index",
+    "release_packed_sums",
     "release_sums",
     "residual_bound",
     "residual_rows",
@@ -225,6 +229,74 @@ def clip_rank_one_rows(
     with np.errstate(over="ignore"):
         fH = _clip_factor(np.abs(h) * zn**2, float(c_H))
     return ClippedRows(gc, None, z, h * fH, fg < 1.0, fH < 1.0)
+
+
+def packed_index(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The upper triangle (diagonal included), row by row: the packed order of a Hessian."""
+    return np.triu_indices(d)
+
+
+def packed_frobenius(h_packed: np.ndarray, d: int) -> np.ndarray:
+    """Frobenius norms of packed symmetric matrices (:func:`packed_index`), shape (n,)."""
+    j, k = packed_index(d)
+    weight = np.where(j == k, 1.0, 2.0)  # each off-diagonal entry appears twice
+    return np.sqrt(np.einsum("ik,k->i", h_packed**2, weight))
+
+
+def clip_packed_rows(
+    g: np.ndarray, h_packed: np.ndarray | None, c_g: float, c_H: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`clip_rows` on Hessians stored packed (:func:`packed_index`), ``n x d(d+1)/2``.
+
+    Returns ``(coef, g_clipped, H_clipped)`` where ``coef`` is ``[g_i, H_i packed]`` clipped
+    (the coefficients of :func:`pymc_penalty.model.likelihood.taylor_features`). Rows with a
+    non-finite entry are set to zero first: a row that cannot be differentiated adds no
+    Taylor term (its whole log-likelihood stays in its clipped residual).
+    """
+    g = np.asarray(g, dtype=float)
+    bad = ~np.all(np.isfinite(g), axis=1)
+    if h_packed is not None:
+        h_packed = np.asarray(h_packed, dtype=float)
+        bad |= ~np.all(np.isfinite(h_packed), axis=1)
+        h_packed = np.where(bad[:, None], 0.0, h_packed)
+    g = np.where(bad[:, None], 0.0, g)
+    fg = _clip_factor(np.linalg.norm(g, axis=1), float(c_g))
+    gc = g * fg[:, None]
+    if h_packed is None:
+        return gc, fg < 1.0, np.zeros(len(g), dtype=bool)
+    if c_H is None:
+        raise ValueError("c_H is required with Hessians")
+    fH = _clip_factor(packed_frobenius(h_packed, g.shape[1]), float(c_H))
+    return np.concatenate([gc, h_packed * fH[:, None]], axis=1), fg < 1.0, fH < 1.0
+
+
+def release_packed_sums(
+    coef: np.ndarray,
+    d: int,
+    c_g: float,
+    c_H: float | None,
+    mu_G: float,
+    mu_H: float,
+    rng: np.random.Generator,
+    relation: Relation = "substitute",
+) -> TaylorRelease:
+    """:func:`release_sums` for packed coefficients (:func:`clip_packed_rows`)."""
+    if mu_G <= 0.0:
+        raise ValueError("mu_G must be positive")
+    coef = np.asarray(coef, dtype=float)
+    dG, dH = oneshot_sensitivities(c_g, c_H, relation)
+    sd_G = dG / mu_G
+    G_rel = coef[:, :d].sum(axis=0) + rng.normal(0.0, sd_G, size=d)
+    if c_H is None or coef.shape[1] == d:
+        return TaylorRelease(G_rel, None, sd_G, 0.0, mu_G**2)
+    if mu_H <= 0.0:
+        raise ValueError("mu_H must be positive for a second-order release")
+    j, k = packed_index(d)
+    H = np.zeros((d, d))
+    H[j, k] = coef[:, d:].sum(axis=0)
+    H = H + np.triu(H, 1).T
+    sd_H = dH / mu_H
+    return TaylorRelease(G_rel, H + symmetric_noise(d, sd_H, rng), sd_G, sd_H, mu_G**2 + mu_H**2)
 
 
 def oneshot_sensitivities(

@@ -1,0 +1,152 @@
+"""The Taylor path's chain step: pay per step only for the rows' residuals.
+
+:class:`TaylorPenaltyMetropolis` is :class:`~pymc_penalty.sampling.step.PenaltyMetropolis`
+whose compiled likelihood subtracts each row's clipped Taylor model at a public point ``t``
+(:class:`~pymc_penalty.model.likelihood.RowControl`) and whose release adds back the released
+model's difference ``M_rel(w') - M_rel(w)`` (public, from the one-shot release of
+:func:`pymc_penalty.warmstart.taylor.taylor_oneshot`). The clipped residual sum's bound is
+``B = r max(||w||, ||w'||, 1)^order ||w' - w||`` (``w = L^-1 (x - t)``), symmetric in the
+two points, so the penalty test stays exact for the chain's target: the posterior tilted by
+the one-shot noise, ``p(x) exp(sum_i l_i(x) + xi_G . w + w' Xi_H w / 2)``, where no residual
+is clipped (``docs/algorithm.md``, "Taylor control variates").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pymc_penalty.model.likelihood import RowControl
+from pymc_penalty.privacy import taylor as tl
+from pymc_penalty.sampling.kernel import PenaltyState, Release
+from pymc_penalty.sampling.step import PenaltyMetropolis
+
+__all__ = ["RESIDUAL_FLOOR", "TaylorModel", "TaylorPenaltyMetropolis"]
+
+#: Public floor of the residual bound's radius (whitened units, :func:`residual_bound`).
+RESIDUAL_FLOOR = 1.0
+
+
+@dataclass(frozen=True)
+class TaylorModel:
+    """The released Taylor model and what the chains need from it.
+
+    Public: everything but ``control`` (the rows' clipped coefficients, private like the data;
+    it stays inside the compiled likelihood).
+
+    Attributes
+    ----------
+    t, L : ndarray
+        Expansion point and whitening factor (the warm start's point and covariance factor).
+    release : TaylorRelease
+        The released sums ``G``, ``H`` and their noise sds.
+    order : int
+        1 or 2.
+    clip_g, clip_H : float
+        The one-shot clips (``clip_H`` NaN at first order).
+    residual_clip : float
+        The residual bound's constant ``r``: ``B = r max(||w||, ||w'||, 1)^order ||w' - w||``.
+    mu : float
+        Gaussian-DP ``mu`` of the one-shot releases together (histograms included).
+    releases : int
+        Number of releases made.
+    point, covariance : ndarray
+        The chains' start and proposal metric: one Newton step on the released model and the
+        exact prior from ``t``.
+    control : RowControl
+        The rows' clipped coefficients (private).
+    """
+
+    t: np.ndarray
+    L: np.ndarray
+    release: tl.TaylorRelease
+    order: int
+    clip_g: float
+    clip_H: float
+    residual_clip: float
+    mu: float
+    releases: int
+    point: np.ndarray
+    covariance: np.ndarray
+    control: RowControl
+
+    def model_value(self, x: np.ndarray) -> float:
+        """The released model ``M_rel(w)`` at the raveled point ``x`` (public)."""
+        return self.release.model(self.whiten(x))
+
+    def whiten(self, x: np.ndarray) -> np.ndarray:
+        """``w = L^-1 (x - t)``."""
+        return np.linalg.solve(self.L, np.asarray(x, dtype=np.float64) - self.t)
+
+    def report(self) -> dict[str, Any]:
+        """The report's ``dp_taylor_*`` keys (public values)."""
+        return {
+            "dp_method": "taylor",
+            "dp_taylor_order": int(self.order),
+            "dp_taylor_mu": float(self.mu),
+            "dp_taylor_releases": int(self.releases),
+            "dp_taylor_clip_g": float(self.clip_g),
+            "dp_taylor_clip_h": float(self.clip_H),
+            "dp_taylor_residual_clip": float(self.residual_clip),
+            "dp_taylor_noise_sd_g": float(self.release.sd_G),
+            "dp_taylor_noise_sd_h": float(self.release.sd_H),
+        }
+
+
+class TaylorPenaltyMetropolis(PenaltyMetropolis):
+    """Penalty Metropolis on the rows' residuals after a released Taylor model.
+
+    Parameters
+    ----------
+    vars : list, optional
+        As for :class:`~pymc_penalty.PenaltyMetropolis`.
+    taylor : TaylorModel
+        The one-shot release (:func:`pymc_penalty.warmstart.taylor.taylor_oneshot`).
+    **kwargs
+        :class:`~pymc_penalty.PenaltyMetropolis` arguments. ``clip`` defaults to the model's
+        residual clip ``r`` and ``clip_mode`` is ``"metric"`` (the bound is ``clip`` times the
+        step's residual length), ``S`` to the model's covariance.
+    """
+
+    def __init__(self, vars: list | None = None, *, taylor: TaylorModel, **kwargs: Any) -> None:
+        if not isinstance(taylor, TaylorModel):
+            raise TypeError("`taylor` must be a TaylorModel (pymc_penalty.warmstart.taylor)")
+        if kwargs.get("clip_mode", "metric") != "metric":
+            raise ValueError("TaylorPenaltyMetropolis sets clip_mode='metric' itself.")
+        if isinstance(kwargs.get("clip"), str):
+            raise ValueError(
+                "TaylorPenaltyMetropolis takes a numeric `clip` (default: the released residual "
+                "clip); clip='auto' is not supported on the Taylor path."
+            )
+        kwargs["clip_mode"] = "metric"
+        kwargs.setdefault("clip", taylor.residual_clip)
+        kwargs.setdefault("S", taylor.covariance)
+        self.taylor = taylor
+        self._row_control = taylor.control
+        self._L = taylor.L
+        self._t = taylor.t
+        super().__init__(vars, **kwargs)
+
+    def _whiten(self, x: np.ndarray) -> np.ndarray:
+        return np.linalg.solve(self._L, np.asarray(x, dtype=np.float64) - self._t)
+
+    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
+        """The proposal and its residual length ``max(||w||, ||w'||, 1)^order ||w' - w||``
+        (public: the two points and the public ``t``, ``L``)."""
+        x1, _ = super()._propose(x0)
+        length = tl.residual_bound(
+            self._whiten(x0), self._whiten(x1), 1.0, self.taylor.order, RESIDUAL_FLOOR
+        )
+        return x1, length
+
+    def _release_sum(
+        self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
+    ) -> Release:
+        """The clipped residual sum with noise, plus the released model's difference."""
+        out = super()._release_sum(state, x1, bound, sigma, count_sd)
+        current = state if out.current is None else out.current
+        model = self.taylor.release
+        d_model = model.model(self._whiten(x1)) - model.model(self._whiten(current.position))
+        return out._replace(d_hat=out.d_hat + d_model)

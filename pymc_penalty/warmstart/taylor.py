@@ -1,0 +1,251 @@
+"""The Taylor path's one-shot release: the rows' Taylor sums at the warm start's point, once.
+
+After the private warm start (public point ``t`` and covariance ``L L'``), each row's
+log-likelihood is expanded at ``t`` in whitened coordinates ``x = t + L w``: gradient ``g_i``
+and, for a second-order model, Hessian ``H_i`` (central finite differences of the row's own
+log-likelihood: row-local, like the row). Three noisy histograms give the clips (gradient
+norm, Hessian Frobenius norm, residual ratio at public probe moves); the clipped sums ``G``
+and ``H`` are released once (:mod:`pymc_penalty.privacy.taylor`). Every release is charged to
+the ledger before the data are read for it.
+
+The chains then pay per step only for the clipped sum of the rows' residuals
+(:class:`pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis`); their start and proposal
+metric come from one Newton step on the released model and the exact prior (public values).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import WarmStartRefused
+from pymc_penalty.model.likelihood import RowControl, taylor_features
+from pymc_penalty.privacy import taylor as tl
+from pymc_penalty.privacy.taylor import clips as tc
+from pymc_penalty.sampling.taylor import RESIDUAL_FLOOR, TaylorModel
+from pymc_penalty.warmstart import WarmStart, WarmStartTarget
+
+__all__ = [
+    "MAX_SECOND_ORDER_DIM",
+    "ONESHOT_SHARES",
+    "TAYLOR_SHARE",
+    "control_rows",
+    "taylor_oneshot",
+]
+
+#: Share of what the screen and the warm start leave (``mu^2``) spent on the one-shot
+#: release; the chains' residual steps get the rest. The prototype's split
+#: (``benchmarks/taylor_prototype.py``: 67% one-shot, 18% residual steps after a 15% warm
+#: start), where the residual steps cost almost nothing and the one-shot noise decides the
+#: error.
+TAYLOR_SHARE = 0.8
+
+#: Second-order models up to this many parameters (each row keeps ``d + d(d+1)/2``
+#: coefficients and its Hessian costs ``2 d^2`` likelihood evaluations); first order above.
+MAX_SECOND_ORDER_DIM = 12
+
+#: Shares of the one-shot ``mu^2``: the three clip histograms, then ``G`` and ``H`` (the
+#: prototype's split, ``benchmarks/taylor_prototype.py``; first order gives ``G`` the
+#: Hessian's shares).
+ONESHOT_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "hist_r": 0.03, "G": 0.82, "H": 0.09}
+
+_CLIP_Q = 0.9  # clips: a public tail factor times the noisy 90% quantile of the norms
+_FACTOR_G, _FACTOR_H = 2.0, 3.0
+_RESIDUAL_TAIL = 1e-3  # the residual clip aims at this fraction of the rows at the probes
+_PROBES = 8
+_FD_STEP = 1e-2  # finite-difference step in whitened units (posterior sds)
+
+
+def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, n: int, order: int):
+    """Per-row whitened gradients (n, d) and packed Hessians (n, d(d+1)/2) or None, by central
+    finite differences of each row's log-likelihood (row-local)."""
+    d = t.size
+    h = _FD_STEP
+
+    def ll(w: np.ndarray) -> np.ndarray:
+        out, _ = lik.initial(t + L @ w, n)
+        return np.asarray(out, dtype=np.float64)
+
+    e = np.eye(d) * h
+    with np.errstate(invalid="ignore", over="ignore"):
+        plus = [ll(e[j]) for j in range(d)]
+        minus = [ll(-e[j]) for j in range(d)]
+        g = np.stack([(plus[j] - minus[j]) / (2.0 * h) for j in range(d)], axis=1)
+        if order == 1:
+            return g, None
+        centre = ll(np.zeros(d))
+        j_idx, k_idx = tl.packed_index(d)
+        cols = []
+        for j, k in zip(j_idx, k_idx, strict=True):
+            if j == k:
+                cols.append((plus[j] - 2.0 * centre + minus[j]) / h**2)
+            else:
+                pp_, pm_ = ll(e[j] + e[k]), ll(e[j] - e[k])
+                mp_, mm_ = ll(-e[j] + e[k]), ll(-e[j] - e[k])
+                cols.append((pp_ - pm_ - mp_ + mm_) / (4.0 * h**2))
+    return g, np.stack(cols, axis=1)
+
+
+def _newton(release: tl.TaylorRelease, prior: Any, t, L, order):
+    """One Newton step on the released model plus the exact prior, from ``t``: (point, cov)."""
+    d = t.size
+    grad, hess = prior(t)
+    P = -L.T @ hess @ L
+    if order == 2 and release.H is not None:
+        P = P - release.H
+    else:  # first order: the warm start's metric
+        P = P + np.eye(d)
+    P = 0.5 * (P + P.T)
+    lam, V = np.linalg.eigh(P)
+    floor = max(float(lam.max()) * 1e-3, 3.0 * release.sd_H * math.sqrt(d), 1e-12)
+    lam = np.maximum(lam, floor)
+    P = (V * lam) @ V.T
+    w = np.linalg.solve(P, release.G + L.T @ grad)
+    cap = 3.0 * math.sqrt(d)  # a step past this is not trusted (a noisy or flat direction)
+    norm = float(np.linalg.norm(w))
+    if norm > cap:
+        w *= cap / norm
+    cov = L @ np.linalg.inv(P) @ L.T
+    return t + L @ w, 0.5 * (cov + cov.T), P
+
+
+def taylor_oneshot(
+    target: WarmStartTarget,
+    warm: WarmStart,
+    *,
+    mu: float,
+    ledger: Any,
+    order: int | str = "auto",
+    noise_rng: np.random.Generator | None = None,
+) -> TaylorModel:
+    """Release the rows' Taylor sums at the warm start's point once, spending ``mu``.
+
+    Parameters
+    ----------
+    target : WarmStartTarget
+        The model gated and compiled (:func:`pymc_penalty.warmstart.prepare_warm_start`).
+    warm : WarmStart
+        The private warm start: its point is the expansion point, its covariance's Cholesky
+        factor the whitening (public).
+    mu : float
+        Gaussian-DP ``mu`` of the whole one-shot release (:data:`ONESHOT_SHARES`).
+    ledger : object
+        ``try_spend(mu2) -> bool``; each release is charged before its data are read.
+    order : {1, 2, "auto"}
+        ``"auto"``: 2 up to :data:`MAX_SECOND_ORDER_DIM` parameters, else 1.
+    noise_rng : numpy.random.Generator, optional
+        Privacy noise (OS entropy by default; seed only for reproducible, non-private runs).
+
+    Returns
+    -------
+    TaylorModel
+
+    Raises
+    ------
+    WarmStartRefused
+        If the ledger refuses a release.
+    """
+    noise = np.random.default_rng() if noise_rng is None else noise_rng
+    t = np.asarray(warm.point, dtype=np.float64)
+    d = t.size
+    if order == "auto":
+        order = 2 if d <= MAX_SECOND_ORDER_DIM else 1
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
+    L = np.linalg.cholesky(warm.covariance)
+    relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
+    n = target.n
+    rows = float(warm.n_rows)  # public: n, or the released count under add/remove-one
+    shares = dict(ONESHOT_SHARES)
+    if order == 1:
+        shares["G"] += shares.pop("H") + shares.pop("hist_h")
+    mus = {k: math.sqrt(v * float(mu) ** 2) for k, v in shares.items()}
+    spent = [0.0, 0]
+
+    def charge(name: str) -> float:
+        if not ledger.try_spend(mus[name] ** 2):
+            raise WarmStartRefused(
+                "The privacy ledger refused a Taylor one-shot release; lower the budget's "
+                "other uses or raise epsilon."
+            )
+        spent[0] += mus[name] ** 2
+        spent[1] += 1
+        return mus[name]
+
+    # Everything the releases read is computed after the first charge.
+    mu_hist_g = charge("hist_g")
+    g, h_packed = _row_terms(target.likelihood, t, L, n, order)
+    scale = math.sqrt(d / max(rows, 1.0))
+    e_g = tc.geometric_edges(scale, -24, 56, 4)
+    norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
+    cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
+    c_g = tc.clip_by_scale(e_g, cnt, sd, _CLIP_Q, _FACTOR_G)
+    c_H = None
+    if order == 2:
+        mu_hist_h = charge("hist_h")
+        e_h = tc.geometric_edges(scale**2, -24, 56, 4)
+        ok = np.all(np.isfinite(h_packed), axis=1)
+        norms_h = np.where(ok, tl.packed_frobenius(np.where(ok[:, None], h_packed, 0.0), d), 0.0)
+        cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
+        c_H = tc.clip_by_scale(e_h, cnt, sd, _CLIP_Q, _FACTOR_H)
+    coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
+    del g, h_packed
+    mu_G = charge("G")
+    mu_H = charge("H") if order == 2 else 0.0
+    release = tl.release_packed_sums(coef, d, c_g, c_H, mu_G, mu_H, noise, relation)
+    point, cov, P = _newton(release, target.prior, t, L, order)
+    control = RowControl(t, L, coef)
+
+    # The residual clip r: a noisy histogram of each row's largest residual ratio over
+    # public probe moves around the start, in the chains' own proposal scale.
+    mu_hist_r = charge("hist_r")
+    probe = np.random.default_rng([27, d])  # public: fixed probes
+    chol_w = np.linalg.cholesky(np.linalg.inv(P))
+    w_hat = np.linalg.solve(L, point - t)
+    features = control_rows(control, order)
+    ratio = np.zeros(n)
+    for _ in range(_PROBES):
+        w0 = w_hat + chol_w @ probe.standard_normal(d)
+        w1 = w0 + (2.38 / math.sqrt(d)) * (chol_w @ probe.standard_normal(d))
+        ll0, _ = target.likelihood.initial(t + L @ w0, n)
+        ll1, _ = target.likelihood.initial(t + L @ w1, n)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rho = (np.asarray(ll1, np.float64) - features(w1)) - (
+                np.asarray(ll0, np.float64) - features(w0)
+            )
+        length = tl.residual_bound(w0, w1, 1.0, order, RESIDUAL_FLOOR)
+        # A row not finite at a probe is clipped in the step whatever the bound: it does
+        # not move r (NaN or infinite: read as 0).
+        rho = np.where(np.isfinite(rho), np.abs(rho), 0.0)
+        ratio = np.maximum(ratio, rho / length)
+    e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
+    cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
+    del ratio
+    r = 2.0 * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
+    return TaylorModel(
+        t=t,
+        L=L,
+        release=release,
+        order=int(order),
+        clip_g=float(c_g),
+        clip_H=math.nan if c_H is None else float(c_H),
+        residual_clip=float(r),
+        mu=math.sqrt(spent[0]),
+        releases=int(spent[1]),
+        point=point,
+        covariance=cov,
+        control=control,
+    )
+
+
+def control_rows(control: RowControl, order: int):
+    """``w -> m(w)``, the rows' clipped models at ``w`` (NumPy; shape (n,))."""
+    d = control.t.size
+
+    def models(w: np.ndarray) -> np.ndarray:
+        return control.coef @ taylor_features(np.asarray(w, dtype=float), d, order == 2)
+
+    return models
