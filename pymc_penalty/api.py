@@ -66,7 +66,7 @@ from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.sampling.taylor import TaylorModel, TaylorPenaltyMetropolis
 from pymc_penalty.validation import check_sample_arguments
 from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, prepare_warm_start
-from pymc_penalty.warmstart.taylor import TAYLOR_SHARE
+from pymc_penalty.warmstart.taylor import TAYLOR_SHARE, TAYLOR_TUNE
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
 
@@ -278,7 +278,11 @@ def sample(
     model = pm.modelcontext(model)
     parties = owners if shards is None else shards  # distributed: no warm start, no JAX
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
-    tune = resolve_tune(tune, int(draws), warm_start)
+    taylor_tune = method == "taylor" and isinstance(tune, str) and tune == "auto"
+    # The Taylor path's residual steps cost almost nothing: its chains tune as long as
+    # without a warm start, adapting their full covariance (its start is the released
+    # model's Newton step, whose metric ignores what only the prior shapes).
+    tune = TAYLOR_TUNE if taylor_tune else resolve_tune(tune, int(draws), warm_start)
     if backend == "jax":  # draws on a JAX device: pymc_penalty.backends.jax.driver
         from pymc_penalty.backends.jax.driver import check_jax_backend, sample_on_device
 
@@ -356,6 +360,7 @@ def sample(
     available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
     taylor: TaylorModel | None = None
+    step_kwargs_given = tuple(step_kwargs or ())
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
         noise_rng = None
@@ -404,6 +409,8 @@ def sample(
     # result is unpublished does not apply here.
     step_class: type[PenaltyMetropolis] = PenaltyMetropolis
     if taylor is not None:
+        if "adapt" not in step_kwargs_given:
+            step_kwargs["adapt"] = "full"
         step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
         step_kwargs.pop("clip_tail", None)  # the residual clip is released, not found
         clip = taylor.residual_clip if clip == "auto" else clip

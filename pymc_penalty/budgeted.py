@@ -125,6 +125,7 @@ def taylor_posterior(idata: Any, model: pm.Model, taylor: TaylorModel, random_se
         sd_H=taylor.release.sd_H,
         rng=rng,
         var_names=list(idata.posterior.data_vars),
+        index=taylor.index,
     )
     out.add_groups({"posterior_tilted": idata.posterior})
     return out

@@ -49,6 +49,7 @@ __all__ = [
     "RowControl",
     "taylor_features",
     "clipped_ratio_sum",
+    "likelihood_coordinates",
     "per_datapoint_terms",
     "step_mode",
 ]
@@ -101,7 +102,7 @@ def per_datapoint_terms(model: pm.Model) -> list[pt.TensorVariable]:
 class RowControl:
     """Per-row control variates subtracted from the per-datapoint log-likelihood.
 
-    Each row's model ``m_i(x) = c_i . phi(w)``, ``w = L^{-1} (x - t)``, with
+    Each row's model ``m_i(x) = c_i . phi(w)``, ``w = L^{-1} (x - t)[index]``, with
     ``phi`` = :func:`taylor_features` (the first-order terms ``w``, then, for a second-order
     model, ``w_j^2 / 2`` and ``w_j w_k`` for ``j < k``). The step then clips and sums the rows'
     residuals ``[l_i(x') - m_i(x')] - [l_i(x) - m_i(x)]``
@@ -116,15 +117,26 @@ class RowControl:
     L : ndarray, shape (d, d)
         Whitening factor (lower triangular, invertible).
     coef : ndarray, shape (n, k)
-        Each row's coefficients: ``k = d`` (first order) or ``d + d (d + 1) / 2``.
+        Each row's coefficients: ``k = d`` (first order) or ``d + d (d + 1) / 2``, ``d`` the
+        size of ``w``.
+    index : ndarray of int, optional
+        The coordinates of ``x`` the model lives on (``L`` is then ``d x d`` on them); None:
+        every coordinate.
     """
 
-    def __init__(self, t: np.ndarray, L: np.ndarray, coef: np.ndarray) -> None:
+    def __init__(
+        self, t: np.ndarray, L: np.ndarray, coef: np.ndarray, index: np.ndarray | None = None
+    ) -> None:
         self.t = np.asarray(t, dtype=np.float64)
         self.L = np.asarray(L, dtype=np.float64)
         self.coef = np.asarray(coef, dtype=np.float64)
-        d = self.t.size
-        if self.L.shape != (d, d) or self.coef.ndim != 2:
+        self.index = None if index is None else np.asarray(index, dtype=np.int64)
+        d = self.L.shape[0]
+        if (
+            self.L.shape != (d, d)
+            or self.coef.ndim != 2
+            or (self.t.size != d if self.index is None else self.index.size != d)
+        ):
             raise ValueError("RowControl: t, L and coef have inconsistent shapes")
         if self.coef.shape[1] not in (d, d + d * (d + 1) // 2):
             raise ValueError(f"RowControl: coef needs {d} or {d + d * (d + 1) // 2} columns")
@@ -132,11 +144,14 @@ class RowControl:
 
     def graph(self, flat: pt.TensorVariable) -> pt.TensorVariable:
         """The rows' models at ``flat`` as a graph, shape (n,)."""
-        t = pt.constant(self.t)
+        x = pt.cast(flat, "float64")
+        t = self.t
+        if self.index is not None:
+            x, t = x[pt.constant(self.index)], t[self.index]
         L_inv = pt.constant(np.linalg.inv(self.L))
-        w = pt.dot(L_inv, pt.cast(flat, "float64") - t)
+        w = pt.dot(L_inv, x - pt.constant(t))
         coef = pytensor.shared(self.coef, name="taylor_coef", shape=(None, self.coef.shape[1]))
-        return pt.dot(coef, taylor_features(w, self.t.size, self.second_order))
+        return pt.dot(coef, taylor_features(w, self.L.shape[0], self.second_order))
 
 
 def taylor_features(w: Any, d: int, second_order: bool) -> Any:
@@ -153,6 +168,21 @@ def taylor_features(w: Any, d: int, second_order: bool) -> Any:
     if isinstance(w, np.ndarray):
         return np.concatenate([w, w[..., j] * w[..., k] * half], axis=-1)
     return pt.concatenate([w, w[j] * w[k] * pt.constant(half)])
+
+
+def likelihood_coordinates(
+    model: pm.Model, value_vars: Sequence[Variable], point: dict[str, np.ndarray]
+) -> np.ndarray:
+    """Which raveled coordinates the per-datapoint log-likelihood depends on (bool mask).
+
+    A coordinate of a value variable that no observed variable's density reads (a
+    hyperparameter seen only by the prior, such as a hierarchical model's group mean and
+    scale) moves no row's log-likelihood. Model structure only, no data.
+    """
+    reached = set(ancestors(per_datapoint_terms(model)))
+    return np.concatenate(
+        [np.full(np.size(point[v.name]), v in reached, dtype=bool) for v in value_vars]
+    )
 
 
 def step_mode(mode: str | Mode | None = None) -> Mode:

@@ -180,6 +180,7 @@ def noise_aware_posterior(
     sd_H: float,
     rng: np.random.Generator,
     var_names: list[str] | None = None,
+    index: np.ndarray | None = None,
 ) -> az.InferenceData:
     """Integrate the Taylor release's one-shot noise out of a chain's posterior draws.
 
@@ -203,7 +204,7 @@ def noise_aware_posterior(
         The model the chain was sampled from.
     t : ndarray, shape (d,)
         The public reference point of the release, in raveled unconstrained coordinates.
-    L : ndarray, shape (d, d)
+    L : ndarray, shape (d, d), or (k, k) with ``index``
         The public whitening factor of the release: lower-triangular, positive diagonal.
     sd_G, sd_H : float
         The release's noise sds (:class:`pymc_penalty.privacy.taylor.TaylorRelease`);
@@ -215,6 +216,10 @@ def noise_aware_posterior(
         Free variables and Deterministics to hold in the output posterior (default: every
         variable of ``idata.posterior``). A variable of the input posterior not listed is
         left out: its draws would be those of the tilted posterior.
+    index : ndarray of int, optional
+        The coordinates of ``x`` the released model lives on (``k`` of them), whitened there
+        by ``L``: ``u = L^-1 (x - t)[index]``; the rest of ``x`` follows through the draws'
+        joint covariance. None: every coordinate.
 
     Returns
     -------
@@ -254,7 +259,21 @@ def noise_aware_posterior(
         )
     point, sizes = _value_sizes(model)
     d = int(sum(sizes))
-    t, L = _check_factor(t, L, d)
+    if index is None:
+        t, L = _check_factor(t, L, d)
+        embed = None
+    else:  # the released model lives on the coordinates `index`, whitened by L there
+        index = np.asarray(index, dtype=int)
+        if index.ndim != 1 or index.size == 0 or np.any((index < 0) | (index >= d)):
+            raise ValueError(f"`index` must list coordinates in [0, {d}); got {index!r}.")
+        t = np.asarray(t, dtype=float)
+        if t.shape != (d,):
+            raise ValueError(f"`t` must have shape ({d},); got shape {t.shape}.")
+        _, L = _check_factor(t[index], L, index.size)
+        select = np.zeros((index.size, d))
+        select[np.arange(index.size), index] = 1.0
+        embed = solve_triangular(L, select, lower=True)  # u = L^-1 (x - t)[index]
+        L = np.eye(d)  # the draws are kept in x - t
     n_chains = int(post.sizes.get("chain", 0))
     n_draws = int(post.sizes.get("draw", 0))
     total = n_chains * n_draws
@@ -320,7 +339,7 @@ def noise_aware_posterior(
     # 2. Whiten, integrate the noise out, map back.
     w = solve_triangular(L, (x - t).T, lower=True).T
     try:
-        w_star = noise_aware_draws(w, sd_G, sd_H, rng)
+        w_star = noise_aware_draws(w, sd_G, sd_H, rng, embed=embed)
     except np.linalg.LinAlgError:
         raise ValueError(
             "`idata`'s draws have a singular covariance in the unconstrained space (a stuck "

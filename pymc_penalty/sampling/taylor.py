@@ -5,7 +5,8 @@ whose compiled likelihood subtracts each row's clipped Taylor model at a public 
 (:class:`~pymc_penalty.model.likelihood.RowControl`) and whose release adds back the released
 model's difference ``M_rel(w') - M_rel(w)`` (public, from the one-shot release of
 :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`). The clipped residual sum's bound is
-``B = r max(||w||, ||w'||, 1)^order ||w' - w||`` (``w = L^-1 (x - t)``), symmetric in the
+``B = r max(||u||, ||u'||, 1)^order ||u' - u||`` (``u``: the coordinates the rows'
+log-likelihood depends on, whitened at ``t``; :meth:`TaylorModel.residual_length`), symmetric in the
 two points, so the penalty test stays exact for the chain's target: the posterior tilted by
 the one-shot noise, ``p(x) exp(sum_i l_i(x) + xi_G . w + w' Xi_H w / 2)``, where no residual
 is clipped (``docs/algorithm.md``, "Taylor control variates").
@@ -39,7 +40,8 @@ class TaylorModel:
     Attributes
     ----------
     t, L : ndarray
-        Expansion point and whitening factor (the warm start's point and covariance factor).
+        Expansion point (every coordinate) and whitening factor (the warm start's point, and
+        its covariance's Cholesky factor on ``index``).
     release : TaylorRelease
         The released sums ``G``, ``H`` and their noise sds.
     order : int
@@ -47,7 +49,7 @@ class TaylorModel:
     clip_g, clip_H : float
         The one-shot clips (``clip_H`` NaN at first order).
     residual_clip : float
-        The residual bound's constant ``r``: ``B = r max(||w||, ||w'||, 1)^order ||w' - w||``.
+        The residual bound's constant ``r``: ``B = r`` times :meth:`residual_length`.
     mu : float
         Gaussian-DP ``mu`` of the one-shot releases together (histograms included).
     releases : int
@@ -57,6 +59,12 @@ class TaylorModel:
         exact prior from ``t``.
     control : RowControl
         The rows' clipped coefficients (private).
+    index : ndarray of int, optional
+        The coordinates the rows' log-likelihood depends on
+        (:func:`~pymc_penalty.model.likelihood.likelihood_coordinates`): the Taylor model,
+        its noise and the residual bound live there, ``u = L^-1 (x - t)[index]`` (a
+        hyperparameter only the prior sees gets no noise, and its moves cost nothing).
+        None: every coordinate.
     """
 
     t: np.ndarray
@@ -71,14 +79,24 @@ class TaylorModel:
     point: np.ndarray
     covariance: np.ndarray
     control: RowControl
+    index: np.ndarray | None = None
 
     def model_value(self, x: np.ndarray) -> float:
         """The released model ``M_rel(w)`` at the raveled point ``x`` (public)."""
         return self.release.model(self.whiten(x))
 
     def whiten(self, x: np.ndarray) -> np.ndarray:
-        """``w = L^-1 (x - t)``."""
-        return np.linalg.solve(self.L, np.asarray(x, dtype=np.float64) - self.t)
+        """``u = L^-1 (x - t)[index]`` (every coordinate without ``index``)."""
+        diff = np.asarray(x, dtype=np.float64) - self.t
+        if self.index is not None:
+            diff = diff[self.index]
+        return np.linalg.solve(self.L, diff)
+
+    def residual_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """``max(||u||, ||u'||, 1)^order ||u' - u||`` (:meth:`whiten`; public: the two points,
+        ``t`` and ``L``). The residual bound is the residual clip times this; symmetric in
+        the two points."""
+        return tl.residual_bound(self.whiten(x0), self.whiten(x1), 1.0, self.order, RESIDUAL_FLOOR)
 
     def report(self) -> dict[str, Any]:
         """The report's ``dp_taylor_*`` keys (public values)."""
@@ -125,21 +143,13 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         kwargs.setdefault("S", taylor.covariance)
         self.taylor = taylor
         self._row_control = taylor.control
-        self._L = taylor.L
-        self._t = taylor.t
         super().__init__(vars, **kwargs)
-
-    def _whiten(self, x: np.ndarray) -> np.ndarray:
-        return np.linalg.solve(self._L, np.asarray(x, dtype=np.float64) - self._t)
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """The proposal and its residual length ``max(||w||, ||w'||, 1)^order ||w' - w||``
         (public: the two points and the public ``t``, ``L``)."""
         x1, _ = super()._propose(x0)
-        length = tl.residual_bound(
-            self._whiten(x0), self._whiten(x1), 1.0, self.taylor.order, RESIDUAL_FLOOR
-        )
-        return x1, length
+        return x1, self.taylor.residual_length(x0, x1)
 
     def _release_sum(
         self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
@@ -148,5 +158,7 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         out = super()._release_sum(state, x1, bound, sigma, count_sd)
         current = state if out.current is None else out.current
         model = self.taylor.release
-        d_model = model.model(self._whiten(x1)) - model.model(self._whiten(current.position))
+        d_model = model.model(self.taylor.whiten(x1)) - model.model(
+            self.taylor.whiten(current.position)
+        )
         return out._replace(d_hat=out.d_hat + d_model)

@@ -186,12 +186,16 @@ class _Prior:
             point=point, outputs=[prior], inputs=value_vars, shared_inputs=shared
         )
         grad = pt.grad(prior, flat)
-        self._fn = pm_compile([flat], [grad, hessian(prior, flat)])
+        self._fn = pm_compile([flat], [grad, hessian(prior, flat), prior])
         self.dtype = np.dtype(flat.dtype)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        grad, hess = self._fn(np.asarray(x, dtype=self.dtype))
+        grad, hess, _ = self._fn(np.asarray(x, dtype=self.dtype))
         return np.asarray(grad, np.float64), np.asarray(hess, np.float64)
+
+    def value(self, x: np.ndarray) -> float:
+        """The log prior at ``x`` (Jacobians included)."""
+        return float(self._fn(np.asarray(x, dtype=self.dtype))[2])
 
 
 def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:

@@ -15,6 +15,7 @@ metric come from one Newton step on the released model and the exact prior (publ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -22,16 +23,21 @@ import numpy as np
 
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import WarmStartRefused
-from pymc_penalty.model.likelihood import RowControl, taylor_features
+from pymc_penalty.model.likelihood import (
+    RowControl,
+    likelihood_coordinates,
+    taylor_features,
+)
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.taylor import clips as tc
-from pymc_penalty.sampling.taylor import RESIDUAL_FLOOR, TaylorModel
+from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import WarmStart, WarmStartTarget
 
 __all__ = [
     "MAX_SECOND_ORDER_DIM",
     "ONESHOT_SHARES",
     "TAYLOR_SHARE",
+    "TAYLOR_TUNE",
     "control_rows",
     "taylor_oneshot",
 ]
@@ -42,6 +48,9 @@ __all__ = [
 #: start), where the residual steps cost almost nothing and the one-shot noise decides the
 #: error.
 TAYLOR_SHARE = 0.8
+
+#: Tuning steps per chain on the Taylor path with ``tune="auto"`` (full covariance adapted).
+TAYLOR_TUNE = 1000
 
 #: Second-order models up to this many parameters (each row keeps ``d + d(d+1)/2``
 #: coefficients and its Hessian costs ``2 d^2`` likelihood evaluations); first order above.
@@ -59,14 +68,17 @@ _PROBES = 8
 _FD_STEP = 1e-2  # finite-difference step in whitened units (posterior sds)
 
 
-def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, n: int, order: int):
-    """Per-row whitened gradients (n, d) and packed Hessians (n, d(d+1)/2) or None, by central
-    finite differences of each row's log-likelihood (row-local)."""
-    d = t.size
+def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, index: np.ndarray, n: int, order: int):
+    """Per-row whitened gradients (n, k) and packed Hessians (n, k(k+1)/2) or None in
+    ``u = L^-1 (x - t)[index]``, by central finite differences of each row's log-likelihood
+    (row-local)."""
+    d = L.shape[0]
     h = _FD_STEP
 
     def ll(w: np.ndarray) -> np.ndarray:
-        out, _ = lik.initial(t + L @ w, n)
+        x = t.copy()
+        x[index] += L @ w
+        out, _ = lik.initial(x, n)
         return np.asarray(out, dtype=np.float64)
 
     e = np.eye(d) * h
@@ -89,27 +101,56 @@ def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, n: int, order: int):
     return g, np.stack(cols, axis=1)
 
 
-def _newton(release: tl.TaylorRelease, prior: Any, t, L, order):
-    """One Newton step on the released model plus the exact prior, from ``t``: (point, cov)."""
-    d = t.size
-    grad, hess = prior(t)
-    P = -L.T @ hess @ L
-    if order == 2 and release.H is not None:
-        P = P - release.H
-    else:  # first order: the warm start's metric
-        P = P + np.eye(d)
-    P = 0.5 * (P + P.T)
-    lam, V = np.linalg.eigh(P)
-    floor = max(float(lam.max()) * 1e-3, 3.0 * release.sd_H * math.sqrt(d), 1e-12)
-    lam = np.maximum(lam, floor)
-    P = (V * lam) @ V.T
-    w = np.linalg.solve(P, release.G + L.T @ grad)
-    cap = 3.0 * math.sqrt(d)  # a step past this is not trusted (a noisy or flat direction)
-    norm = float(np.linalg.norm(w))
-    if norm > cap:
-        w *= cap / norm
-    cov = L @ np.linalg.inv(P) @ L.T
-    return t + L @ w, 0.5 * (cov + cov.T), P
+def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, order):
+    """The mode of the exact prior times the released model, by damped Newton from ``t``, and
+    the inverse of the negative Hessian there: ``(point, covariance)`` (public values only).
+
+    In ``x = t + L_full v`` the released model reads ``u = embed v``. Its quadratic form is
+    ``H`` (second order) or ``-I`` (first order: the warm start's metric). The precision's
+    eigenvalues are floored at three noise sds of the released Hessian's spectrum (a
+    direction the noise can cancel is not trusted to be that flat), and the iterate stays
+    within ``10 sqrt(d)`` whitened units of ``t``.
+    """
+    d, k = t.size, embed.shape[0]
+    quad = release.H if order == 2 and release.H is not None else -np.eye(k)
+    cap = 10.0 * math.sqrt(d)
+    quad_v = embed.T @ quad @ embed
+
+    def objective(v: np.ndarray) -> float:
+        u = embed @ v
+        return prior.value(t + L_full @ v) + float(release.G @ u) + 0.5 * float(u @ quad @ u)
+
+    def precision(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        grad, hess = prior(t + L_full @ v)
+        P = -L_full.T @ hess @ L_full - quad_v
+        lam, V = np.linalg.eigh(0.5 * (P + P.T))
+        floor = max(float(lam.max()) * 1e-3, 3.0 * release.sd_H * math.sqrt(k), 1e-12)
+        slope = L_full.T @ grad + embed.T @ (release.G + quad @ (embed @ v))
+        return (V * np.maximum(lam, floor)) @ V.T, slope
+
+    v = np.zeros(d)
+    f = objective(v)
+    for _ in range(100):
+        P, slope = precision(v)
+        step = np.linalg.solve(P, slope)
+        for _ in range(40):  # backtracking: the objective must not fall
+            cand = v + step
+            norm = float(np.linalg.norm(cand))
+            if norm > cap:
+                cand *= cap / norm
+            f_cand = objective(cand)
+            if np.isfinite(f_cand) and f_cand >= f - 1e-10 * abs(f):
+                break
+            step = step / 2.0
+        else:
+            break
+        moved = float(np.linalg.norm(cand - v))
+        v, f = cand, f_cand
+        if moved < 1e-8:
+            break
+    P, _ = precision(v)
+    cov = L_full @ np.linalg.inv(P) @ L_full.T
+    return t + L_full @ v, 0.5 * (cov + cov.T)
 
 
 def taylor_oneshot(
@@ -152,10 +193,18 @@ def taylor_oneshot(
     t = np.asarray(warm.point, dtype=np.float64)
     d = t.size
     if order == "auto":
-        order = 2 if d <= MAX_SECOND_ORDER_DIM else 1
+        n_lik = int(likelihood_coordinates(target.model, target.value_vars, target.point).sum())
+        order = 2 if max(n_lik, 1) <= MAX_SECOND_ORDER_DIM else 1
     if order not in (1, 2):
         raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
-    L = np.linalg.cholesky(warm.covariance)
+    L_full = np.linalg.cholesky(warm.covariance)
+    # The Taylor model lives on the coordinates the rows read (a hyperparameter only the
+    # prior sees gets neither Taylor terms nor their noise).
+    index = np.flatnonzero(likelihood_coordinates(target.model, target.value_vars, target.point))
+    if index.size == 0:
+        index = np.arange(d)
+    k = index.size
+    L = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
     relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
     n = target.n
     rows = float(warm.n_rows)  # public: n, or the released count under add/remove-one
@@ -177,8 +226,8 @@ def taylor_oneshot(
 
     # Everything the releases read is computed after the first charge.
     mu_hist_g = charge("hist_g")
-    g, h_packed = _row_terms(target.likelihood, t, L, n, order)
-    scale = math.sqrt(d / max(rows, 1.0))
+    g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
+    scale = math.sqrt(k / max(rows, 1.0))
     e_g = tc.geometric_edges(scale, -24, 56, 4)
     norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
     cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
@@ -188,62 +237,64 @@ def taylor_oneshot(
         mu_hist_h = charge("hist_h")
         e_h = tc.geometric_edges(scale**2, -24, 56, 4)
         ok = np.all(np.isfinite(h_packed), axis=1)
-        norms_h = np.where(ok, tl.packed_frobenius(np.where(ok[:, None], h_packed, 0.0), d), 0.0)
+        norms_h = np.where(ok, tl.packed_frobenius(np.where(ok[:, None], h_packed, 0.0), k), 0.0)
         cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
         c_H = tc.clip_by_scale(e_h, cnt, sd, _CLIP_Q, _FACTOR_H)
     coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
     del g, h_packed
     mu_G = charge("G")
     mu_H = charge("H") if order == 2 else 0.0
-    release = tl.release_packed_sums(coef, d, c_g, c_H, mu_G, mu_H, noise, relation)
-    point, cov, P = _newton(release, target.prior, t, L, order)
-    control = RowControl(t, L, coef)
-
-    # The residual clip r: a noisy histogram of each row's largest residual ratio over
-    # public probe moves around the start, in the chains' own proposal scale.
-    mu_hist_r = charge("hist_r")
-    probe = np.random.default_rng([27, d])  # public: fixed probes
-    chol_w = np.linalg.cholesky(np.linalg.inv(P))
-    w_hat = np.linalg.solve(L, point - t)
-    features = control_rows(control, order)
-    ratio = np.zeros(n)
-    for _ in range(_PROBES):
-        w0 = w_hat + chol_w @ probe.standard_normal(d)
-        w1 = w0 + (2.38 / math.sqrt(d)) * (chol_w @ probe.standard_normal(d))
-        ll0, _ = target.likelihood.initial(t + L @ w0, n)
-        ll1, _ = target.likelihood.initial(t + L @ w1, n)
-        with np.errstate(invalid="ignore", over="ignore"):
-            rho = (np.asarray(ll1, np.float64) - features(w1)) - (
-                np.asarray(ll0, np.float64) - features(w0)
-            )
-        length = tl.residual_bound(w0, w1, 1.0, order, RESIDUAL_FLOOR)
-        # A row not finite at a probe is clipped in the step whatever the bound: it does
-        # not move r (NaN or infinite: read as 0).
-        rho = np.where(np.isfinite(rho), np.abs(rho), 0.0)
-        ratio = np.maximum(ratio, rho / length)
-    e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
-    cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
-    del ratio
-    r = 2.0 * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
-    return TaylorModel(
+    release = tl.release_packed_sums(coef, k, c_g, c_H, mu_G, mu_H, noise, relation)
+    embed = np.linalg.solve(L, L_full[index, :])  # u = embed v where x = t + L_full v
+    point, cov = _released_mode(release, target.prior, t, L_full, embed, order)
+    model = TaylorModel(
         t=t,
         L=L,
         release=release,
         order=int(order),
         clip_g=float(c_g),
         clip_H=math.nan if c_H is None else float(c_H),
-        residual_clip=float(r),
-        mu=math.sqrt(spent[0]),
-        releases=int(spent[1]),
+        residual_clip=math.nan,
+        mu=math.nan,
+        releases=0,
         point=point,
         covariance=cov,
-        control=control,
+        control=RowControl(t, L, coef, index),
+        index=index,
+    )
+
+    # The residual clip r: a noisy histogram of each row's largest residual ratio over
+    # public probe moves around the start, in the chains' own proposal scale.
+    mu_hist_r = charge("hist_r")
+    probe = np.random.default_rng([27, d])  # public: fixed probes
+    chol = np.linalg.cholesky(cov)
+    features = control_rows(model.control, order)
+    ratio = np.zeros(n)
+    for _ in range(_PROBES):
+        x0 = point + chol @ probe.standard_normal(d)
+        x1 = x0 + (2.38 / math.sqrt(d)) * (chol @ probe.standard_normal(d))
+        ll0, _ = target.likelihood.initial(x0, n)
+        ll1, _ = target.likelihood.initial(x1, n)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rho = (np.asarray(ll1, np.float64) - features(model.whiten(x1))) - (
+                np.asarray(ll0, np.float64) - features(model.whiten(x0))
+            )
+        # A row not finite at a probe is clipped in the step whatever the bound: it does
+        # not move r (NaN or infinite: read as 0).
+        rho = np.where(np.isfinite(rho), np.abs(rho), 0.0)
+        ratio = np.maximum(ratio, rho / max(model.residual_length(x0, x1), 1e-300))
+    e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
+    cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
+    del ratio
+    r = 2.0 * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
+    return dataclasses.replace(
+        model, residual_clip=float(r), mu=math.sqrt(spent[0]), releases=int(spent[1])
     )
 
 
 def control_rows(control: RowControl, order: int):
     """``w -> m(w)``, the rows' clipped models at ``w`` (NumPy; shape (n,))."""
-    d = control.t.size
+    d = control.L.shape[0]
 
     def models(w: np.ndarray) -> np.ndarray:
         return control.coef @ taylor_features(np.asarray(w, dtype=float), d, order == 2)

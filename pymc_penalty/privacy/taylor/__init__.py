@@ -454,12 +454,18 @@ def tilted_log_target(
     return out
 
 
+#: :func:`noise_aware_draws` keeps a Hessian noise draw only where it moves every precision
+#: direction by a factor within [0.5, 2].
+_MIN_PRECISION_RATIO = 0.5
+
+
 def noise_aware_draws(
     draws: np.ndarray,
     sd_G: float,
     sd_H: float,
     rng: np.random.Generator,
     max_tries: int = 100,
+    embed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Integrate the one-shot noise out of draws of the tilted posterior (Gaussian regime).
 
@@ -470,8 +476,10 @@ def noise_aware_draws(
     ``m* + A* (w_j - m_t)``, ``P* = Q + Xi*``, ``m* = P*^{-1} (Q m_t - xi*)``,
     ``A* = chol(P*^{-1}) chol(Q^{-1})^{-1}``: the draws then follow the predictive law of the
     untilted posterior given the released one. Post-processing of released draws and the
-    release's public noise law: no privacy cost. Draws ``Xi*`` that leave ``P*`` not positive
-    definite are redrawn (at most ``max_tries`` times, then ``Xi* = 0``).
+    release's public noise law: no privacy cost. Draws ``Xi*`` that change a precision
+    direction of ``Q`` by more than a factor 2 (``P*`` near singular: the map would stretch
+    draws without limit) are redrawn, at most ``max_tries`` times, then ``Xi* = 0``: the
+    Hessian noise's law is truncated there, an approximation of the Gaussian regime.
 
     Parameters
     ----------
@@ -481,6 +489,10 @@ def noise_aware_draws(
         The release's noise sds (:class:`TaylorRelease`).
     rng : numpy.random.Generator
         Source of the post-processing noise (need not be private).
+    embed : ndarray, shape (k, d), optional
+        The released model's coordinates ``u = E w`` when they are not the draws' own (the
+        Taylor model on the coordinates the likelihood depends on): the noise pair
+        ``(xi, Xi)`` of ``u`` acts on ``w`` as ``(E' xi, E' Xi E)``. None: ``E = I``.
 
     Returns
     -------
@@ -488,21 +500,30 @@ def noise_aware_draws(
     """
     draws = np.asarray(draws, dtype=float)
     m, d = draws.shape
+    E = np.eye(d) if embed is None else np.asarray(embed, dtype=float)
+    k = E.shape[0]
     mean = draws.mean(axis=0)
     cov = np.atleast_2d(np.cov(draws, rowvar=False))
     Q = np.linalg.inv(cov)
     b = Q @ mean
     C = np.linalg.cholesky(cov)
     out = np.empty_like(draws)
+    # Q^{-1/2}: a noise pair is used only where it changes no precision direction by more
+    # than a factor 2 (beyond, the Gaussian-regime map stretches draws without limit)
+    lam_q, V_q = np.linalg.eigh(Q)
+    q_inv_half = (V_q / np.sqrt(np.maximum(lam_q, 1e-300))) @ V_q.T
     for j in range(m):
         P = Q
         if sd_H > 0.0:
             for _ in range(max_tries):
-                cand = Q + symmetric_noise(d, sd_H, rng)
-                if np.all(np.linalg.eigvalsh(cand) > 0.0):
+                cand = Q + E.T @ symmetric_noise(k, sd_H, rng) @ E
+                rel = np.linalg.eigvalsh(q_inv_half @ cand @ q_inv_half)
+                if np.all(rel >= _MIN_PRECISION_RATIO) and np.all(
+                    rel <= 1.0 / _MIN_PRECISION_RATIO
+                ):
                     P = cand
                     break
-        xi = rng.normal(0.0, sd_G, size=d)
+        xi = E.T @ rng.normal(0.0, sd_G, size=k)
         S = np.linalg.inv(P)
         m_star = S @ (b - xi)
         A = np.linalg.cholesky(S) @ np.linalg.inv(C)
