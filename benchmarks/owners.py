@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import tempfile
-import time
 import warnings
 
 # Single-threaded BLAS, as Dask sets for its workers (OMP/OPENBLAS/MKL_NUM_THREADS=1): the
@@ -36,7 +34,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
 
 from pymc_penalty import PenaltyMetropolis  # noqa: E402
 from pymc_penalty.distributed import Owner, OwnerPool  # noqa: E402
@@ -44,41 +41,19 @@ from pymc_penalty.distributed import sample as dsample  # noqa: E402
 from pymc_penalty.variants import MultiOwnerPenaltyMetropolis  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_seconds_per_step, command_line, machine_info  # noqa: E402
+import _dask_common as dask_common  # noqa: E402
+from _common import best_seconds_per_step  # noqa: E402
+from _dask_common import D, data_model, logistic_rows, rows_loader  # noqa: E402
 
-D = 10
-
-
-def _rows(n: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng([20240521, seed, n])
-    x = rng.normal(size=(n, D))
-    beta = np.linspace(-1.0, 1.0, D)
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-x @ beta))).astype(np.float64)
-    return {"X": x, "y": y}
-
-
-def _loader(n: int, seed: int):
-    def load():  # pickled by value: runs on the owner's worker
-        return _rows(n, seed)
-
-    return load
-
-
-def _model(rows: dict[str, np.ndarray] | None = None) -> pm.Model:
-    rows = rows or {"X": np.zeros((1, D)), "y": np.zeros(1)}
-    with pm.Model() as model:
-        X = pm.Data("X", rows["X"])
-        y = pm.Data("y", rows["y"])
-        beta = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.Bernoulli("obs", logit_p=pm.math.dot(X, beta), observed=y)
-    return model
+#: The owners' rows: ``logistic_rows(n_k, k, **ROWS)`` for owner k.
+ROWS = {"base_seed": 20240521}
 
 
 def in_process_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
     """Fastest chunk's ms per step (= per proposal) of the in-process Algorithm 2 step."""
-    parts = [_rows(n_k, k) for k in range(owners)]
+    parts = [logistic_rows(n_k, k, **ROWS) for k in range(owners)]
     rows = {key: np.concatenate([p[key] for p in parts]) for key in ("X", "y")}
-    model = _model(rows)
+    model = data_model(rows)
     index = np.repeat(np.arange(owners), n_k)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -89,8 +64,8 @@ def in_process_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
 def pooled_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
     """The same for ``PenaltyMetropolis`` on the pooled rows (one noise, no per-owner sums):
     the fastest in-process path, for reference."""
-    parts = [_rows(n_k, k) for k in range(owners)]
-    model = _model({key: np.concatenate([p[key] for p in parts]) for key in ("X", "y")})
+    parts = [logistic_rows(n_k, k, **ROWS) for k in range(owners)]
+    model = data_model({key: np.concatenate([p[key] for p in parts]) for key in ("X", "y")})
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = PenaltyMetropolis(mu=0.5, scaling=0.02, rng=1)
@@ -99,32 +74,21 @@ def pooled_ms(owners: int, n_k: int, steps: int, chunks: int = 3) -> float:
 
 def distributed_ms(pool: OwnerPool, owners: list[Owner], chains: int, steps: int) -> float:
     """Median ms per step of distributed.sample through ``pool`` (interval between calls)."""
-    starts: list[float] = []
-    release = pool.release
-
-    def timed(*args, **kwargs):
-        starts.append(time.perf_counter())
-        return release(*args, **kwargs)
-
-    pool.release = timed
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dsample(
-                owners,
-                model=_model(),
-                pool=pool,
-                epsilon=1e6,
-                delta=1e-5,
-                draws=steps,
-                tune=0,
-                chains=chains,
-                S=np.full(D, 0.02),
-                random_seed=1,
-            )
-    finally:
-        pool.release = release
-    return float(np.median(np.diff(starts))) * 1e3
+    with dask_common.step_starts(pool) as starts, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dsample(
+            owners,
+            model=data_model(),
+            pool=pool,
+            epsilon=1e6,
+            delta=1e-5,
+            draws=steps,
+            tune=0,
+            chains=chains,
+            S=np.full(D, 0.02),
+            random_seed=1,
+        )
+    return dask_common.median_interval_ms(starts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,8 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 owners, n_k = 1e3 only")
     args = parser.parse_args(argv)
-    logging.getLogger("pymc").setLevel(logging.ERROR)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    dask_common.quiet_logs()
     owner_counts = (2,) if args.quick else (1, 2, 4)
     sizes = (1000,) if args.quick else (1000, 100_000)
     rows = []
@@ -144,10 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             pooled = pooled_ms(n_owners, n_k, steps)
             tmp = tempfile.mkdtemp(prefix="owners-bench-")
             owners = [
-                Owner(f"o{k}", _loader(n_k, k), os.path.join(tmp, f"o{k}"), 1e6, 1e-5)
+                Owner(f"o{k}", rows_loader(n_k, k, **ROWS), os.path.join(tmp, f"o{k}"), 1e6, 1e-5)
                 for k in range(n_owners)
             ]
-            model = _model()
+            model = data_model()
             with OwnerPool(owners, model, model.value_vars, model.initial_point()) as pool:
                 for chains in (1, 16):
                     per_step = distributed_ms(pool, owners, chains, steps)
@@ -171,9 +134,7 @@ def main(argv: list[str] | None = None) -> None:
                         flush=True,
                     )
     if not args.quick:
-        info = machine_info()
-        print(f"\nProduced by `{command_line(__file__, argv)}`; {info['cpu']}, "
-              f"{info['cpu_count']} CPUs.\n")  # fmt: skip
+        dask_common.print_provenance(__file__, argv)
         print("| owners | n_k | chains | in-process ms/proposal | pooled ms/proposal | "
               "Dask ms/step | Dask ms/proposal | extra ms/proposal | ratio |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|---|")

@@ -31,51 +31,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import resource
 import sys
-import time
 import warnings
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # as Dask sets for its workers
 
 import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
 
 from pymc_penalty import PenaltyMetropolis  # noqa: E402
 from pymc_penalty.distributed import ShardPool, sample_sharded  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_seconds_per_step, command_line, machine_info  # noqa: E402
+import _dask_common as dask_common  # noqa: E402
+from _common import best_seconds_per_step  # noqa: E402
+from _dask_common import D, data_model, logistic_rows, rows_loader  # noqa: E402
 
-D = 10
-
-
-def _rows(n: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng([20261127, seed, n])
-    x = rng.normal(size=(n, D)) / np.sqrt(D)
-    beta = np.linspace(-1.0, 1.0, D)
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-x @ beta))).astype(np.float64)
-    return {"X": x, "y": y}
-
-
-def _loader(n: int, seed: int):
-    def load():  # pickled by value: runs on the shard's worker
-        return _rows(n, seed)
-
-    return load
-
-
-def _model(rows: dict[str, np.ndarray] | None = None) -> pm.Model:
-    rows = rows or {"X": np.zeros((1, D)), "y": np.zeros(1)}
-    with pm.Model() as model:
-        X = pm.Data("X", rows["X"])
-        y = pm.Data("y", rows["y"])
-        beta = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.Bernoulli("obs", logit_p=pm.math.dot(X, beta), observed=y)
-    return model
+#: The table's rows: ``logistic_rows(n_k, k, **ROWS)`` for shard k; in-process, the table is
+#: ``logistic_rows(n, 0, **ROWS)``.
+ROWS = {"base_seed": 20261127, "unit_norm": True}
 
 
 def _max_rss_mb() -> float:
@@ -86,30 +62,22 @@ def sharded_ms(n: int, workers: int, chains: int, steps: int) -> tuple[float, li
     """Median ms per step of sample_sharded with ``workers`` shards of n / workers rows, and
     each worker's peak resident set in MB."""
     n_k = n // workers
-    loaders = [_loader(n_k, k) for k in range(workers)]
-    model = _model()
-    starts: list[float] = []
+    loaders = [rows_loader(n_k, k, **ROWS) for k in range(workers)]
+    model = data_model()
     with ShardPool(loaders, model, model.value_vars, model.initial_point()) as pool:
-        release = pool.release
-
-        def timed(*args, **kwargs):
-            starts.append(time.perf_counter())
-            return release(*args, **kwargs)
-
-        pool.release = timed
-        with warnings.catch_warnings():
+        with dask_common.step_starts(pool) as starts, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sample_sharded(
                 loaders, model=model, pool=pool, epsilon=1e6, delta=1e-5, draws=steps, tune=0,
                 chains=chains, clip=1.0, S=np.full(D, 0.02), random_seed=1,
             )  # fmt: skip
         peaks = pool.client.run(_max_rss_mb)
-    return float(np.median(np.diff(starts))) * 1e3, [float(v) for v in peaks.values()]
+    return dask_common.median_interval_ms(starts), [float(v) for v in peaks.values()]
 
 
 def in_process_ms(n: int, chains: int, steps: int) -> float:
     """Fastest chunk's ms per step of C chains (C proposals) of PenaltyMetropolis."""
-    model = _model(_rows(n, 0))
+    model = data_model(logistic_rows(n, 0, **ROWS))
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = PenaltyMetropolis(mu=0.5, scaling=0.02, rng=1)
@@ -124,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chains", type=int, help="chains per step (default 16)")
     parser.add_argument("--steps", type=int, help="timed steps per configuration (default 15)")
     args = parser.parse_args(argv)
-    logging.getLogger("pymc").setLevel(logging.ERROR)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    dask_common.quiet_logs()
     driver_import = _max_rss_mb()  # the imports alone (pymc, pytensor, dask)
     sizes = (20_000,) if args.quick else (100_000, 1_000_000)
     sizes = tuple(int(n) for n in args.n) if args.n else sizes
@@ -156,9 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         r["ratio"] = r["ms_per_step"] / base
     extrapolated = chains * per_row_us * 1e-3 * 1e9 / 64 + round_trip
     if not args.quick:
-        info = machine_info()
-        print(f"\nProduced by `{command_line(__file__, argv)}`; {info['cpu']}, "
-              f"{info['cpu_count']} CPUs.\n")  # fmt: skip
+        dask_common.print_provenance(__file__, argv)
         print("| n | chains | configuration | ms/step | ratio to in-process |")
         print("|---|---|---|---|---|")
         for r in rows:

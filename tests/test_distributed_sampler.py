@@ -5,17 +5,17 @@ ledgers consistent, and a resume that charges no completed step twice."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import signal
-import time
 
-import arviz as az
 import numpy as np
-import pymc as pm
 import pytest
 
 pytest.importorskip("distributed")
+
+import dask_table as table  # noqa: E402
+from dask_table import CLIP, DELTA, EPS, N_K, loader_of, normal_model, rows_of  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty.accounting.sensitivity import Neighbours  # noqa: E402
@@ -30,32 +30,6 @@ from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-N_K = 301  # odd: no array of the driver's (chains, steps, ...) shapes has this size
-DRIVER_PID = os.getpid()
-EPS, DELTA = 2000.0, 1e-5
-CLIP = 6.0  # |y - mu| < 6 for every row: nothing is clipped, both chains are exact
-
-
-def _rows(seed: int) -> dict[str, np.ndarray]:
-    return {"y": np.random.default_rng(seed).normal(1.0, 1.0, size=N_K)}
-
-
-def _loader(seed: int):
-    def load():
-        if os.getpid() == DRIVER_PID:
-            raise AssertionError("rows loaded in the driver")
-        return _rows(seed)
-
-    return load
-
-
-def _model(y: np.ndarray | None = None) -> pm.Model:
-    with pm.Model() as model:
-        data = pm.Data("y", np.zeros(1) if y is None else y)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        pm.Normal("obs", mu, 1.0, observed=data)
-    return model
-
 
 def _owners(tmp_path, n: int = 2, epsilon: float = EPS) -> list[Owner]:
     # site1 (the one killed below) syncs every charge: a killed owner's unused reservation
@@ -63,7 +37,7 @@ def _owners(tmp_path, n: int = 2, epsilon: float = EPS) -> list[Owner]:
     return [
         Owner(
             f"site{k}",
-            _loader(k),
+            loader_of(k),
             tmp_path / f"site{k}.ledger",
             epsilon=epsilon,
             delta=DELTA,
@@ -88,53 +62,22 @@ def test_owner_noise_matches_an_independent_computation():
 
 
 def test_the_distributed_posterior_matches_in_process_and_no_row_array_reaches_the_driver(
-    tmp_path, monkeypatch
+    tmp_path,
 ):
-    replies = []
-    original = OwnerPool._answer
-
-    def spy(self, owner, future, what, timeout=None):
-        out = original(self, owner, future, what, timeout)
-        replies.append(out)
-        return out
-
-    monkeypatch.setattr(OwnerPool, "_answer", spy)
     kwargs = dict(
         epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP, clip_mode="distance"
     )
-    # Through pp.sample's hook: the same call as in-process, with the owners.
-    dist = pp.sample(owners=_owners(tmp_path), model=_model(), random_seed=11, **kwargs)
-    monkeypatch.setattr(OwnerPool, "_answer", original)
+    with table.replies_received(OwnerPool) as replies:
+        # Through pp.sample's hook: the same call as in-process, with the owners.
+        dist = pp.sample(owners=_owners(tmp_path), model=normal_model(), random_seed=11, **kwargs)
 
-    def arrays(obj):
-        if isinstance(obj, np.ndarray):
-            yield obj
-        elif isinstance(obj, dict):
-            for v in obj.values():
-                yield from arrays(v)
-        elif isinstance(obj, list | tuple):
-            for v in obj:
-                yield from arrays(v)
-
-    sizes = {a.size for r in replies for a in arrays(r)}
+    sizes = {a.size for r in replies for a in table.arrays(r)}
     assert sizes and N_K not in sizes and 2 * N_K not in sizes
 
-    y = np.concatenate([_rows(0)["y"], _rows(1)["y"]])
-    with _model(y):
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    with normal_model(y):
         local = pp.sample(random_seed=12, progressbar=False, **kwargs)
-    exact_sd = 1 / math.sqrt(len(y) + 1 / 100)
-    exact_mean = exact_sd**2 * y.sum()
-    means, mcses = [], []
-    for idata in (dist, local):
-        draws = idata.posterior["mu"]
-        means.append(float(draws.mean()))
-        mcses.append(float(az.mcse(draws)["mu"]))
-        assert float(az.ess(draws)["mu"]) > 50  # enough to estimate the MCSE
-    tol = 4 * math.hypot(*mcses)
-    assert abs(means[0] - means[1]) < tol
-    assert abs(means[0] - exact_mean) < 4 * mcses[0]
-    # The check has power: a posterior shifted by two of its sds is told apart.
-    assert abs(means[0] + 2 * exact_sd - means[1]) > tol
+    table.assert_same_posterior(dist, local, y)
     # The report: the run's budget, each owner's guarantee at its own delta.
     attrs = dist.attrs
     assert attrs["dp_epsilon"] <= EPS and attrs["dp_owner_names"] == "site0, site1"
@@ -150,7 +93,7 @@ def test_the_first_draw_uses_the_scaling_the_last_tuning_draw_recorded(tmp_path)
     # draw after tuning uses exactly the proposal the last tuning draw recorded.
     idata = dsample(
         _owners(tmp_path),
-        model=_model(),
+        model=normal_model(),
         epsilon=EPS,
         delta=DELTA,
         draws=5,
@@ -170,7 +113,7 @@ def test_the_first_draw_uses_the_scaling_the_last_tuning_draw_recorded(tmp_path)
 
 
 def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_path):
-    model = _model()
+    model = normal_model()
     owners = _owners(tmp_path)
     ledger_path = tmp_path / "run.ledger"
     kwargs = dict(epsilon=EPS, delta=DELTA, draws=40, tune=20, chains=3, clip=CLIP)
@@ -178,21 +121,13 @@ def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_pat
     with OwnerPool(owners, model, model.value_vars, model.initial_point(), timeout=10) as pool:
         pids = pool.client.run(os.getpid)
         victim = pids[list(pool.client.scheduler_info()["workers"])[1]]
-        release = pool.release
-
-        def release_then_kill(*args, step, **kw):
-            if step == kill_at:
-                os.kill(victim, signal.SIGKILL)
-                time.sleep(0.3)
-            return release(*args, step=step, **kw)
-
-        pool.release = release_then_kill
+        table.kill_before_step(pool, victim, kill_at)
         with pytest.raises(DistributedSamplingError, match="Owner 'site1'") as err:
             dsample(owners, model=model, pool=pool, ledger_path=ledger_path, **kwargs)
     assert err.value.step == kill_at and "site0: mu^2" in str(err.value)
     run = err.value.run
     header = next(
-        __import__("json").loads(line)
+        json.loads(line)
         for line in (tmp_path / "run.ledger.runs").read_text().splitlines()
         if "owner_mu" in line
     )
@@ -208,12 +143,7 @@ def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_pat
     assert driver >= max(spent) * (1 - 1e-9)
     assert err.value.privacy_report["dp_epsilon"] < EPS
 
-    # A run id that is not in the journal is refused before anything is spent.
-    with pytest.raises(ValueError, match="no run to resume"):
-        dsample(owners, model=model, ledger_path=ledger_path, run="nope", **kwargs)
-    assert PrivacyLedger.open(ledger_path).spent_mu2 == driver
-
-    idata = dsample(owners, model=model, ledger_path=ledger_path, run=run, **kwargs)
+    idata = table.resume(dsample, owners, run, ledger_path, model=model, **kwargs)
     steps = kwargs["draws"] + kwargs["tune"]
     for k in range(2):  # every step charged exactly once, over both attempts
         final = PrivacyLedger.open(tmp_path / f"site{k}.ledger").spent_mu2
@@ -238,7 +168,7 @@ def test_pp_sample_refuses_what_has_no_meaning_with_owners_before_anything_start
     tmp_path, extra, match
 ):
     with pytest.raises(ValueError, match=match):
-        pp.sample(owners=_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **extra)
+        pp.sample(owners=_owners(tmp_path), model=normal_model(), epsilon=1.0, delta=1e-5, **extra)
     assert not any(tmp_path.iterdir())  # no ledger, no owner started
 
 
@@ -246,7 +176,13 @@ def test_a_run_whose_relation_costs_owners_more_than_declared_is_refused_before_
     tmp_path,
 ):
     with pytest.raises(ValueError, match="protects 'substitute' neighbours"):
-        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, neighbours="add_remove")
+        dsample(
+            _owners(tmp_path),
+            model=normal_model(),
+            epsilon=1.0,
+            delta=1e-5,
+            neighbours="add_remove",
+        )
     assert not any(tmp_path.iterdir())
 
 
@@ -265,5 +201,5 @@ def test_a_run_whose_relation_costs_owners_more_than_declared_is_refused_before_
 )
 def test_bad_arguments_are_named_before_anything_starts(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
-        dsample(_owners(tmp_path), model=_model(), epsilon=1.0, delta=1e-5, **bad)
+        dsample(_owners(tmp_path), model=normal_model(), epsilon=1.0, delta=1e-5, **bad)
     assert not any(tmp_path.iterdir())

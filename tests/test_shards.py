@@ -14,12 +14,14 @@ import os
 import signal
 import time
 
-import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
 
 pytest.importorskip("distributed")
+
+import dask_table as table  # noqa: E402
+from dask_table import CLIP, DELTA, EPS, N_K, loader_of, normal_model, rows_of  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty import ModelNotPrivateError  # noqa: E402
@@ -32,32 +34,6 @@ from pymc_penalty.distributed import (  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-N_K = 301  # odd: no array of the driver's (chains, steps, ...) shapes has this size
-DRIVER_PID = os.getpid()
-EPS, DELTA = 2000.0, 1e-5
-CLIP = 6.0  # |y - mu| < 6 for every row near the posterior: nothing is clipped, both exact
-
-
-def _rows(seed: int) -> dict[str, np.ndarray]:
-    return {"y": np.random.default_rng(seed).normal(1.0, 1.0, size=N_K)}
-
-
-def _loader(seed: int):
-    def load():
-        if os.getpid() == DRIVER_PID:
-            raise AssertionError("rows loaded in the driver")
-        return _rows(seed)
-
-    return load
-
-
-def _model(y: np.ndarray | None = None) -> pm.Model:
-    with pm.Model() as model:
-        data = pm.Data("y", np.zeros(1) if y is None else y)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        pm.Normal("obs", mu, 1.0, observed=data)
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -73,63 +49,31 @@ def client():
     cluster.close()
 
 
-def _arrays(obj):
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _arrays(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from _arrays(v)
-
-
-def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_driver(
-    client, monkeypatch
-):
-    replies = []
-    original = ShardPool._answer
-
-    def spy(self, name, future, what, timeout=None):
-        out = original(self, name, future, what, timeout)
-        replies.append(out)
-        return out
-
-    monkeypatch.setattr(ShardPool, "_answer", spy)
+def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_driver(client):
     kwargs = dict(
         epsilon=EPS, delta=DELTA, draws=600, tune=300, chains=4, clip=CLIP, clip_mode="distance"
     )
-    shards = [_loader(0), _loader(1)]
-    # Through pp.sample's hook: the same call as in-process, with the shards.
-    dist = pp.sample(shards=shards, cluster=client, model=_model(), random_seed=11, **kwargs)
-    monkeypatch.setattr(ShardPool, "_answer", original)
+    shards = [loader_of(0), loader_of(1)]
+    with table.replies_received(ShardPool) as replies:
+        # Through pp.sample's hook: the same call as in-process, with the shards.
+        dist = pp.sample(
+            shards=shards, cluster=client, model=normal_model(), random_seed=11, **kwargs
+        )
 
     # What the driver received from the shards: one float and one count per chain.
     sums = [r for r in replies if isinstance(r, dict) and "sums" in r]
     assert len(sums) == 2 * (600 + 300)
-    sizes = {a.size for r in replies for a in _arrays(r)}
+    sizes = {a.size for r in replies for a in table.arrays(r)}
     assert sizes == {4}, sizes
     from distributed import Actor
 
     # Besides them: the actor handles and the names ready() returns once a shard is loaded.
     assert {type(r) for r in replies} <= {dict, str, Actor}
 
-    y = np.concatenate([_rows(0)["y"], _rows(1)["y"]])
-    with _model(y):
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    with normal_model(y):
         local = pp.sample(random_seed=12, progressbar=False, warm_start=0, **kwargs)
-    exact_sd = 1 / math.sqrt(len(y) + 1 / 100)
-    exact_mean = exact_sd**2 * y.sum()
-    means, mcses = [], []
-    for idata in (dist, local):
-        draws = idata.posterior["mu"]
-        means.append(float(draws.mean()))
-        mcses.append(float(az.mcse(draws)["mu"]))
-        assert float(az.ess(draws)["mu"]) > 50  # enough to estimate the MCSE
-    tol = 4 * math.hypot(*mcses)
-    assert abs(means[0] - means[1]) < tol
-    assert abs(means[0] - exact_mean) < 4 * mcses[0]
-    # The check has power: a posterior shifted by two of its sds is told apart.
-    assert abs(means[0] + 2 * exact_sd - means[1]) > tol
+    table.assert_same_posterior(dist, local, y)
     # The same noise as in-process: one draw for the whole table's sensitivity.
     np.testing.assert_allclose(
         dist.sample_stats["dp_noise_sd"] / dist.sample_stats["dp_sensitivity"],
@@ -143,9 +87,9 @@ def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_d
 
 
 def test_a_step_is_released_once_whatever_is_retried(client, tmp_path):
-    model = _model()
+    model = normal_model()
     with ShardPool(
-        [_loader(0), _loader(1)], model, model.value_vars, model.initial_point(), cluster=client
+        [loader_of(0), loader_of(1)], model, model.value_vars, model.initial_point(), cluster=client
     ) as pool:
         x0 = np.zeros((3, 1))
         x1 = np.full((3, 1), 0.5)
@@ -159,7 +103,7 @@ def test_a_step_is_released_once_whatever_is_retried(client, tmp_path):
             pool.release(x0, x1 + 0.1, *args[2:], step=0)
         # Noise is added at the driver, once: the release minus the exact total is N(0, s^2).
         exact = sum(
-            np.sum(np.clip(-0.5 * ((_rows(k)["y"] - 0.5) ** 2 - _rows(k)["y"] ** 2), -6, 6))
+            np.sum(np.clip(-0.5 * ((rows_of(k)["y"] - 0.5) ** 2 - rows_of(k)["y"] ** 2), -6, 6))
             for k in range(2)
         )
         z = (first[0][0] - exact) / 0.7
@@ -177,22 +121,24 @@ def test_the_blocks_of_dask_arrays_are_shards_computed_on_the_workers(client):
     import dask
     import dask.array as da
 
+    driver_pid = table.DRIVER_PID  # in the closure: a worker importing table has its own
+
     def block(k):  # runs on a worker: the rows are never in the driver
-        if os.getpid() == DRIVER_PID:
+        if os.getpid() == driver_pid:
             raise AssertionError("rows computed in the driver")
-        return _rows(k)["y"]
+        return rows_of(k)["y"]
 
     y = da.concatenate(
         [da.from_delayed(dask.delayed(block)(k), shape=(N_K,), dtype=float) for k in range(3)]
     )
-    model = _model()
+    model = normal_model()
     with ShardPool(
         {"y": y}, model, model.value_vars, model.initial_point(), cluster=client
     ) as pool:
         assert pool.names == ["shard-0", "shard-1", "shard-2"]
         x0, x1 = np.zeros((2, 1)), np.array([[0.5], [-0.25]])
         sums, counts = pool.release(x0, x1, np.full(2, 6.0), np.full(2, 1e-9), np.array([1e-9]))
-    y_all = np.concatenate([_rows(k)["y"] for k in range(3)])
+    y_all = np.concatenate([rows_of(k)["y"] for k in range(3)])
     exact = [np.sum(-0.5 * ((y_all - m) ** 2 - y_all**2)) for m in (0.5, -0.25)]
     np.testing.assert_allclose(sums[0], exact, rtol=1e-9)
     np.testing.assert_allclose(counts[0], 0.0, atol=1e-6)  # nothing clipped at B = 6
@@ -205,15 +151,15 @@ def test_the_blocks_of_dask_arrays_are_shards_computed_on_the_workers(client):
 
 @pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
 def test_dask_never_reruns_a_step_in_a_run(client):
-    model = _model()
+    model = normal_model()
     with ShardPool(
-        [_loader(0), _loader(1)], model, model.value_vars, model.initial_point(), cluster=client
+        [loader_of(0), loader_of(1)], model, model.value_vars, model.initial_point(), cluster=client
     ) as pool:
         import dask
 
         assert dask.config.get("distributed.scheduler.allowed-failures") == 0
         sample_sharded(
-            [_loader(0), _loader(1)], model=model, pool=pool, epsilon=EPS, delta=DELTA,
+            [loader_of(0), loader_of(1)], model=model, pool=pool, epsilon=EPS, delta=DELTA,
             draws=20, tune=10, chains=2, clip=CLIP,
         )  # fmt: skip
         computed = pool.computed()
@@ -224,23 +170,14 @@ def test_dask_never_reruns_a_step_in_a_run(client):
 
 @pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
 def test_a_killed_worker_stops_the_run_and_a_resume_charges_every_step_once(tmp_path):
-    model = _model()
-    shards = [_loader(0), _loader(1)]
+    model = normal_model()
+    shards = [loader_of(0), loader_of(1)]
     ledger_path = tmp_path / "run.ledger"
     kwargs = dict(epsilon=EPS, delta=DELTA, draws=40, tune=20, chains=3, clip=CLIP)
     kill_at = 25
     with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
         pids = pool.client.run(os.getpid)
-        victim = pids[pool.placement[1]]
-        release = pool.release
-
-        def release_then_kill(*args, step, **kw):
-            if step == kill_at:
-                os.kill(victim, signal.SIGKILL)
-                time.sleep(0.3)
-            return release(*args, step=step, **kw)
-
-        pool.release = release_then_kill
+        table.kill_before_step(pool, pids[pool.placement[1]], kill_at)
         with pytest.raises(DistributedSamplingError, match="Shard 'shard-1'") as err:
             sample_sharded(shards, model=model, pool=pool, ledger_path=ledger_path, **kwargs)
     assert err.value.step == kill_at
@@ -257,11 +194,7 @@ def test_a_killed_worker_stops_the_run_and_a_resume_charges_every_step_once(tmp_
     assert released == list(range(kill_at))
     assert err.value.privacy_report["dp_epsilon"] < EPS
 
-    with pytest.raises(ValueError, match="no run to resume"):
-        sample_sharded(shards, model=model, ledger_path=ledger_path, run="nope", **kwargs)
-    assert PrivacyLedger.open(ledger_path).spent_mu2 == driver
-
-    idata = sample_sharded(shards, model=model, ledger_path=ledger_path, run=run, **kwargs)
+    idata = table.resume(sample_sharded, shards, run, ledger_path, model=model, **kwargs)
     steps = kwargs["draws"] + kwargs["tune"]
     final = PrivacyLedger.open(ledger_path).spent_mu2
     assert final == pytest.approx(steps * chains * mu2, rel=1e-9)  # each step once
@@ -273,9 +206,9 @@ def test_a_killed_worker_stops_the_run_and_a_resume_charges_every_step_once(tmp_
 
 
 def test_a_hung_worker_hits_the_timeout(client):
-    model = _model()
+    model = normal_model()
     with ShardPool(
-        [_loader(0), _loader(1)],
+        [loader_of(0), loader_of(1)],
         model,
         model.value_vars,
         model.initial_point(),
@@ -314,12 +247,12 @@ def test_bad_arguments_are_refused_before_anything_is_spent(tmp_path, extra, mat
     ledger_path = tmp_path / "run.ledger"
     PrivacyLedger(pp.PrivacyBudget(EPS, DELTA).mu, ledger_path)
     args = dict(
-        shards=[_loader(0)], epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP,
+        shards=[loader_of(0)], epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP,
         clip_mode="distance", cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
     )  # fmt: skip
     args.update(extra)
     with pytest.raises(ValueError, match=match):
-        pp.sample(model=_model(), **args)
+        pp.sample(model=normal_model(), **args)
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
 
 
@@ -328,8 +261,8 @@ def test_an_unreachable_scheduler_and_a_refused_model_spend_nothing(tmp_path):
     args = dict(epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP)
     with pytest.raises(ShardError, match="No Dask scheduler answered"):
         sample_sharded(
-            [_loader(0)], model=_model(), cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
-            **args,
+            [loader_of(0)], model=normal_model(), cluster="tcp://127.0.0.1:9",
+            ledger_path=ledger_path, **args,
         )  # fmt: skip
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
     # The gate runs on the driver's placeholders before any cluster or shard is touched: a
@@ -340,7 +273,7 @@ def test_an_unreachable_scheduler_and_a_refused_model_spend_nothing(tmp_path):
         pm.Normal("obs", mu, 1.0, observed=y)
     with pytest.raises(ModelNotPrivateError):
         sample_sharded(
-            [_loader(0)], model=coupled, cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+            [loader_of(0)], model=coupled, cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
             **args,
         )  # fmt: skip
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
@@ -354,7 +287,8 @@ def test_a_failing_loader_is_named_and_spends_nothing(client, tmp_path):
 
     with pytest.raises(ShardError, match="Shard 'shard-1' failed to start.*not pm.Data"):
         sample_sharded(
-            [_loader(0), wrong_names], model=_model(), cluster=client, ledger_path=ledger_path,
-            epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP,
+            [loader_of(0), wrong_names], model=normal_model(), cluster=client,
+            ledger_path=ledger_path, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2,
+            clip=CLIP,
         )  # fmt: skip
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0

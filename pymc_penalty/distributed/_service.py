@@ -128,9 +128,10 @@ class RowsService:
     driver_pid : int
         The driver's process id: the rows are refused if this is the driver's process.
     compile_kwargs : dict, optional
-    kind : str, default "Owner"
-        How messages call it.
     """
+
+    #: How messages call it.
+    kind = "Owner"
 
     def __init__(
         self,
@@ -141,10 +142,11 @@ class RowsService:
         loader: Any,
         driver_pid: int,
         compile_kwargs: dict[str, Any] | None = None,
-        kind: str = "Owner",
     ) -> None:
         if os.getpid() == driver_pid:
-            raise OwnerSideError(f"{kind} {name!r}: its rows would load in the driver's process.")
+            raise OwnerSideError(
+                f"{self.kind} {name!r}: its rows would load in the driver's process."
+            )
         self.name = name
         model = cloudpickle.loads(model_bytes)
         containers = {v.name: v for v in model.data_vars}
@@ -152,7 +154,7 @@ class RowsService:
         unknown = sorted(set(rows) - set(containers))
         if unknown:
             raise OwnerSideError(
-                f"{kind} {name!r}: the loader returned {unknown}, which are not pm.Data "
+                f"{self.kind} {name!r}: the loader returned {unknown}, which are not pm.Data "
                 f"containers of the model (it has {sorted(containers)})."
             )
         lengths = set()
@@ -160,7 +162,7 @@ class RowsService:
             placeholder = containers[key].get_value(borrow=True)
             if value.ndim != placeholder.ndim or value.shape[1:] != placeholder.shape[1:]:
                 raise OwnerSideError(
-                    f"{kind} {name!r}: array {key!r} must have the placeholder's trailing "
+                    f"{self.kind} {name!r}: array {key!r} must have the placeholder's trailing "
                     f"shape {placeholder.shape[1:]} (columns); it differs."
                 )
             # NaN or inf is not refused (issue 28: a refusal would tell the driver, for free,
@@ -169,7 +171,7 @@ class RowsService:
         if len(lengths) != 1 or 0 in lengths:
             # Row counts are not printed: under add/remove-one neighbours they are private.
             raise OwnerSideError(
-                f"{kind} {name!r}: the loader's arrays must share one positive number of rows."
+                f"{self.kind} {name!r}: the loader's arrays must share one positive number of rows."
             )
         with model:
             pm.set_data(rows)
@@ -424,21 +426,14 @@ class ShardService(RowsService):
     It counts how often each step id was computed (:meth:`computed`): a measurement of
     re-executed calls, which the driver's journal makes harmless (a step's noise is keyed by
     its id, so a recomputed step is released identically or refused).
+
+    Its arguments are :class:`RowsService`'s.
     """
 
-    def __init__(
-        self,
-        name: str,
-        model_bytes: bytes,
-        value_names: list[str],
-        point: dict[str, np.ndarray],
-        loader: Any,
-        driver_pid: int,
-        compile_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            name, model_bytes, value_names, point, loader, driver_pid, compile_kwargs, "Shard"
-        )
+    kind = "Shard"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._computed: dict[tuple[str, int], int] = {}
 
     def partial_sums(

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import numpy as np
@@ -30,7 +30,7 @@ from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import OwnerError
 from pymc_penalty.privacy.budget import PrivacyBudget
 
-__all__ = ["ActorPool", "Owner", "OwnerError", "OwnerPool"]
+__all__ = ["ActorPool", "ActorSpec", "Owner", "OwnerError", "OwnerPool"]
 
 #: Seconds a call may take before its owner counts as lost (set per pool).
 DEFAULT_TIMEOUT = 60.0
@@ -122,20 +122,47 @@ def _connect(cluster: Any, n_workers: int, error: type[Exception] = OwnerError) 
     raise ValueError("`cluster` must be None (a LocalCluster), a scheduler address or a Client.")
 
 
+class ActorSpec(NamedTuple):
+    """One party's actor, as :meth:`ActorPool._start` starts it."""
+
+    #: The party's loader (it runs on the worker).
+    loader: Any
+    #: The arguments its service takes after the loader (before the driver's pid).
+    extra: tuple[Any, ...]
+    #: The prefix of its Dask task key (the run id follows).
+    key: str
+    #: Where it may run: ``client.submit``'s placement arguments.
+    where: dict[str, Any]
+
+
 class ActorPool:
     """Actors on Dask workers, one per party (an owner, or a shard), and calls to them that
     never retry silently: every call has a timeout, and a lost, hung or failing actor raises
-    :attr:`error` naming it (:meth:`_answer`, :meth:`_call`). Subclasses start their actors
-    with :meth:`_start` and say what was spent in :meth:`_spent_text`."""
+    :attr:`error` naming it (:meth:`_answer`, :meth:`_call`, :meth:`_ask_all`). Subclasses
+    start their actors with :meth:`_start` and say what was spent in :meth:`_spent_text`.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The parties' names, in the order of their actors (:attr:`names`).
+    cluster, timeout, run
+        As :class:`OwnerPool`.
+    n_workers : int
+        Worker processes of a LocalCluster started for ``cluster=None``.
+    """
 
     #: How messages name a party.
     kind = "Owner"
     #: The error a lost or failing party raises.
     error: type[OwnerError] = OwnerError
 
-    def __init__(self, cluster: Any, n_workers: int, timeout: float, run: str | None) -> None:
+    def __init__(
+        self, names: Sequence[str], cluster: Any, n_workers: int, timeout: float, run: str | None
+    ) -> None:
         if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
             raise ValueError("`timeout` must be a positive number of seconds.")
+        #: The parties' names, in the order of their actors.
+        self.names = list(names)
         self.timeout = float(timeout)
         #: Loading the rows and compiling on the worker may take longer than a step.
         self.start_timeout = max(self.timeout, START_TIMEOUT)
@@ -144,10 +171,45 @@ class ActorPool:
         self._actors: list[Any] = []
         self.client, self._cluster = _connect(cluster, n_workers, self.error)
 
-    def _start(self, names: Sequence[str], futures: Sequence[Any]) -> list[Any]:
-        """Wait for each actor to start and load its rows; on failure close and raise."""
+    def _start(
+        self,
+        service: type,
+        model: pm.Model,
+        value_vars: Sequence[Any],
+        point: Mapping[str, np.ndarray],
+        compile_kwargs: dict[str, Any] | None,
+        specs: Sequence[ActorSpec],
+    ) -> list[Any]:
+        """Start one ``service`` actor per party (``specs``, in the order of :attr:`names`)
+        and wait for each to load its rows; on failure close and raise.
+
+        The model travels pickled, without rows. Each actor is created on its worker as
+        ``service(name, model_bytes, value_names, point, loader, *extra, driver_pid,
+        compile_kwargs)``.
+        """
+        model_bytes = cloudpickle.dumps(model)
+        value_names = [v.name for v in value_vars]
+        point = {k: np.asarray(v) for k, v in point.items()}
+        futures = [
+            self.client.submit(
+                service,
+                name,
+                model_bytes,
+                value_names,
+                point,
+                spec.loader,
+                *spec.extra,
+                os.getpid(),
+                compile_kwargs,
+                actor=True,
+                pure=False,
+                key=f"{spec.key}-{self.run}",
+                **spec.where,
+            )
+            for name, spec in zip(self.names, specs, strict=True)
+        ]
         try:
-            for name, fut in zip(names, futures, strict=True):
+            for name, fut in zip(self.names, futures, strict=True):
                 with self.client.as_current():  # the actor handle binds to this client
                     actor = self._answer(name, fut, "start", self.start_timeout)
                 self._answer(name, actor.ready(), "load its rows", self.start_timeout)
@@ -156,6 +218,25 @@ class ActorPool:
             self.close()
             raise
         return self._actors
+
+    def _next_step(self, step: int | None) -> int:
+        """The step id of a call: ``step``, or the next one; later default ids follow it."""
+        step = self._step if step is None else int(step)
+        self._step = max(self._step, step + 1)
+        return step
+
+    def _ask_all(self, what: str, send: Callable[[int, Any], Any]) -> Iterator[tuple[str, Any]]:
+        """Send one call to every actor (``send(k, actor)`` for the k-th), all before any
+        answer is awaited, then give each party's name and answer in order, each awaited when
+        it is reached (:meth:`_answer`: the first that fails raises :attr:`error`)."""
+        calls = [
+            self._call(name, what, lambda k=k, actor=actor: send(k, actor))
+            for k, (name, actor) in enumerate(zip(self.names, self._actors, strict=True))
+        ]
+        return (
+            (name, self._answer(name, call, what))
+            for name, call in zip(self.names, calls, strict=True)
+        )
 
     def _answer(self, name: str, future: Any, what: str, timeout: float | None = None) -> Any:
         """A call's result within the timeout, or :attr:`error` naming the party."""
@@ -250,39 +331,25 @@ class OwnerPool(ActorPool):
         if len(set(names)) != len(names):
             raise ValueError("`owners` must have distinct names.")
         self.owners = owners
-        super().__init__(cluster, len(owners), timeout, run)
-        model_bytes = cloudpickle.dumps(model)
-        value_names = [v.name for v in value_vars]
-        point = {k: np.asarray(v) for k, v in point.items()}
+        super().__init__(names, cluster, len(owners), timeout, run)
         workers = list(self.client.scheduler_info()["workers"]) if self._cluster else []
-        futures = []
-        for k, owner in enumerate(owners):
-            where = (
-                {"workers": [workers[k]], "allow_other_workers": False}
-                if self._cluster is not None
-                else {"resources": {f"owner-{owner.name}": 1}}
-            )
-            futures.append(
-                self.client.submit(
-                    _service_class(),
-                    owner.name,
-                    model_bytes,
-                    value_names,
-                    point,
-                    owner.loader,
+        specs = [
+            ActorSpec(
+                owner.loader,
+                (
                     str(owner.ledger_path),
                     owner.budget_mu,
                     float(owner.reserve_fraction),
                     Neighbours.parse(owner.neighbours).factor,
-                    os.getpid(),
-                    compile_kwargs,
-                    actor=True,
-                    pure=False,
-                    key=f"owner-{owner.name}-{self.run}",
-                    **where,
-                )
+                ),
+                f"owner-{owner.name}",
+                {"workers": [workers[k]], "allow_other_workers": False}
+                if self._cluster is not None
+                else {"resources": {f"owner-{owner.name}": 1}},
             )
-        self._start(names, futures)
+            for k, owner in enumerate(owners)
+        ]
+        self._start(_service_class(), model, value_vars, point, compile_kwargs, specs)
 
     # --- calls -----------------------------------------------------------------------
 
@@ -319,25 +386,19 @@ class OwnerPool(ActorPool):
         (sums, counts) : ndarrays of shape (owners, chains), or None
             None when an owner's budget could not pay (nothing is released then by it).
         """
-        step = self._step if step is None else int(step)
-        self._step = max(self._step, step + 1)
+        step = self._next_step(step)
         sigmas = np.asarray(sigmas, dtype=np.float64)
         if sigmas.ndim == 1:
             sigmas = sigmas[:, None]
         sigmas = np.broadcast_to(sigmas, (len(self._actors), np.atleast_2d(x0s).shape[0]))
-        calls = [
-            self._call(
-                owner.name,
+        replies = [
+            reply
+            for _, reply in self._ask_all(
                 f"release step {step}",
-                lambda actor=actor, k=k: actor.release(
+                lambda k, actor: actor.release(
                     self.run, step, x0s, x1s, bounds, sigmas[k].copy(), float(count_sds[k]), mu2[k]
                 ),
             )
-            for k, (owner, actor) in enumerate(zip(self.owners, self._actors, strict=True))
-        ]
-        replies = [
-            self._answer(owner.name, call, f"release step {step}")
-            for owner, call in zip(self.owners, calls, strict=True)
         ]
         if not all(r["released"] for r in replies):
             return None
@@ -345,14 +406,7 @@ class OwnerPool(ActorPool):
 
     def spent(self) -> dict[str, dict[str, float]]:
         """Each owner's ledger as the owner reports it."""
-        return {
-            owner.name: self._answer(
-                owner.name,
-                self._call(owner.name, "report its ledger", actor.spent),
-                "report its ledger",
-            )
-            for owner, actor in zip(self.owners, self._actors, strict=True)
-        }
+        return dict(self._ask_all("report its ledger", lambda _, actor: actor.spent()))
 
     def _spent_text(self, exclude: str) -> str:
         parts = []

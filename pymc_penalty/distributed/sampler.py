@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
-import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import arviz as az
@@ -30,12 +28,12 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.sensitivity import Neighbours
-from pymc_penalty.distributed._driver import run_chains
-from pymc_penalty.distributed._setup import owner_noise, prepare_run
+from pymc_penalty.distributed._run import Party, drive
+from pymc_penalty.distributed._setup import Run, owner_noise
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
 from pymc_penalty.errors import DistributedSamplingError
-from pymc_penalty.privacy.budget import PrivacyBudget, available_mu, calibrate
-from pymc_penalty.results.publish import finalize_result as _finalize
+from pymc_penalty.privacy.budget import PrivacyBudget, calibrate
+from pymc_penalty.results.publish import finalize_result
 from pymc_penalty.variants.owners import owner_report
 from pymc_penalty.warmstart import WARM_START_STEPS
 
@@ -136,86 +134,52 @@ def sample(
     ValueError
         Bad arguments, before anything is spent.
     """
-    r = prepare_run(
-        model, epsilon=epsilon, delta=delta, draws=draws, tune=tune, chains=chains,
-        neighbours=neighbours, clip=clip, clip_mode=clip_mode,
-        clip_count_share=clip_count_share, S=S, scaling=scaling, adapt=adapt,
-        target_accept=target_accept, adapt_window=adapt_window, tune_interval=tune_interval,
-        ledger_path=ledger_path, run=run,
-    )  # fmt: skip
-    model, budget, plan, relation, mode = r.model, r.budget, r.plan, r.neighbours, r.clip_mode
-    ledger, journal, resumed, config, share = r.ledger, r.journal, r.resumed, r.config, r.share
-    value_vars, point = r.value_vars, r.point
-    for owner in owners:
-        if Neighbours.parse(owner.neighbours).factor > relation.factor:
-            raise ValueError(
-                f"Owner {owner.name!r} protects {owner.neighbours!r} neighbours, which cost more "
-                f"per release than `neighbours`={relation.value!r}: run with "
-                f"neighbours={owner.neighbours!r}."
-            )
-    own_pool = pool is None
-    if own_pool:
-        pool = OwnerPool(
-            owners,
-            model,
-            value_vars,
-            point,
-            cluster=cluster,
-            timeout=timeout,
-            compile_kwargs=compile_kwargs,
-            run=run,
-        )
-    else:  # a pool the caller started: this run gets its own step ids
-        if [o.name for o in owners] != [o.name for o in pool.owners]:
-            raise ValueError("`owners` must be the owners `pool` was started with.")
-        pool.run = run or uuid.uuid4().hex
-        pool._step = 0
-    try:
-        if resumed is None:
-            mu_run = calibrate(
-                available_mu(ledger),
-                plan,
-                clip=float(clip),
-                clip_mode=mode,
-                neighbours=relation,
-                clip_count_share=share,
-            )
-            spent = pool.spent()
-            owner_mu = []
-            for owner in pool.owners:
-                s = spent[owner.name]
-                left = max(s["budget_mu"] ** 2 - s["spent_mu2"], 0.0)
-                if left <= 1e-9 * s["budget_mu"] ** 2:
-                    raise ValueError(f"Owner {owner.name!r} has no budget left on its ledger.")
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # the run's calibration warned already
-                    mu_k = calibrate(math.sqrt(left), plan, clip=float(clip), clip_mode=mode)
-                owner_mu.append(min(mu_run, mu_k))
-            seed = secrets.randbits(63) if random_seed is None else int(random_seed)
-            header = {
-                "run": pool.run,
-                "owner_mu": owner_mu,
-                "seed": seed,
-                "owners": [o.name for o in pool.owners],
-                "plan": [plan.draws, plan.tune, plan.chains],
-            }
-            journal.add(header)
-        else:
-            header = resumed
-            if header["owners"] != [o.name for o in pool.owners]:
-                raise ValueError("`owners` differ from those of the run being resumed.")
-            if header["plan"] != [plan.draws, plan.tune, plan.chains]:
-                raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
-        idata = run_chains(
-            pool, config, journal, header, plan, share, model, value_vars, r.x_init, r.S,
-            scaling=float(scaling), adapt=adapt, target_accept=float(target_accept),
-            adapt_window=r.adapt_window,
-        )  # fmt: skip
-        extra = owner_guarantees(pool, idata, budget)
-    finally:
-        if own_pool:
-            pool.close()
-    return _finalize(idata, config, callback=None, model=model, extra=extra)
+    idata, r, extra = drive(_Owners(owners), locals())
+    return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
+
+
+class _Owners(Party):
+    """Several data owners, each adding its own noise (:class:`OwnerPool`)."""
+
+    argument = "owners"
+    pool_class = OwnerPool
+    resume_mismatch = "`owners` differ from those of the run being resumed."
+
+    @property
+    def names(self) -> list[str]:
+        return [o.name for o in self.parties]
+
+    def check(self, r: Run) -> None:
+        for owner in self.parties:
+            if Neighbours.parse(owner.neighbours).factor > r.neighbours.factor:
+                raise ValueError(
+                    f"Owner {owner.name!r} protects {owner.neighbours!r} neighbours, which cost "
+                    f"more per release than `neighbours`={r.neighbours.value!r}: run with "
+                    f"neighbours={owner.neighbours!r}."
+                )
+
+    def release_mu(
+        self, pool: OwnerPool, mu: float, r: Run, args: Mapping[str, Any]
+    ) -> list[float]:
+        """Each owner's ``mu_k``: the run's, or less where the owner's ledger has less left
+        for the plan."""
+        spent = pool.spent()
+        owner_mu = []
+        for owner in pool.owners:
+            s = spent[owner.name]
+            left = max(s["budget_mu"] ** 2 - s["spent_mu2"], 0.0)
+            if left <= 1e-9 * s["budget_mu"] ** 2:
+                raise ValueError(f"Owner {owner.name!r} has no budget left on its ledger.")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the run's calibration warned already
+                mu_k = calibrate(
+                    math.sqrt(left), r.plan, clip=float(args["clip"]), clip_mode=r.clip_mode
+                )
+            owner_mu.append(min(mu, mu_k))
+        return owner_mu
+
+    def report(self, pool: OwnerPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
+        return owner_guarantees(pool, idata, r.budget)
 
 
 def owner_guarantees(

@@ -20,8 +20,7 @@ count likelihoods) run on each worker after loading, with messages that name the
 from __future__ import annotations
 
 import os
-import secrets
-import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import arviz as az
@@ -30,12 +29,16 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.sensitivity import Neighbours
-from pymc_penalty.distributed._driver import run_chains
-from pymc_penalty.distributed._setup import prepare_run
+from pymc_penalty.distributed._run import Party, drive
+from pymc_penalty.distributed._setup import Run
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT
-from pymc_penalty.distributed.shards import ShardPool, driver_secret, shard_loaders
+from pymc_penalty.distributed.shards import (
+    ShardPool,
+    driver_secret,
+    shard_loaders,
+    shard_names,
+)
 from pymc_penalty.model.checks import n_datapoints, validate_model
-from pymc_penalty.privacy.budget import available_mu, calibrate
 from pymc_penalty.results.publish import finalize_result
 
 __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
@@ -160,68 +163,41 @@ def sample_sharded(
     ValueError
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
-    loaders = shard_loaders(shards)
-    r = prepare_run(
-        model, epsilon=epsilon, delta=delta, draws=draws, tune=tune, chains=chains,
-        neighbours=neighbours, clip=clip, clip_mode=clip_mode,
-        clip_count_share=clip_count_share, S=S, scaling=scaling, adapt=adapt,
-        target_accept=target_accept, adapt_window=adapt_window, tune_interval=tune_interval,
-        ledger_path=ledger_path, run=run,
-    )  # fmt: skip
-    if r.resumed is not None and r.resumed.get("shards") != len(loaders):
-        raise ValueError("`shards` differ in number from those of the run being resumed.")
-    plan_list = [r.plan.draws, r.plan.tune, r.plan.chains]
-    if r.resumed is not None and r.resumed.get("plan") != plan_list:
-        raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
-    gate_on_placeholders(r.model, r.value_vars, r.neighbours)
-    if r.resumed is None:
-        mu = calibrate(
-            available_mu(r.ledger),
-            r.plan,
-            clip=float(clip),
-            clip_mode=r.clip_mode,
-            neighbours=r.neighbours,
-            clip_count_share=r.share,
-        )
-        seed = secrets.randbits(63) if random_seed is None else int(random_seed)
-    own_pool = pool is None
-    if own_pool:
-        pool = ShardPool(
-            loaders,
-            r.model,
-            r.value_vars,
-            r.point,
-            cluster=cluster,
-            timeout=timeout,
-            compile_kwargs=compile_kwargs,
-            run=run,
-            journal=r.journal,
-            secret=driver_secret(ledger_path),
-        )
-    else:  # a pool the caller started: this run gets its own step ids, journal and key
-        if len(pool.names) != len(loaders):
-            raise ValueError("`shards` must be the shards `pool` was started with.")
-        pool.run, pool._step = run or uuid.uuid4().hex, 0
-        pool.journal, pool._secret = r.journal, driver_secret(ledger_path)
-    try:
-        if r.resumed is None:
-            header = {
-                "run": pool.run,
-                "owner_mu": [mu],
-                "seed": seed,
-                "shards": len(loaders),
-                "plan": plan_list,
-            }
-            r.journal.add(header)
-        else:
-            header = r.resumed
-        idata = run_chains(
-            pool, r.config, r.journal, header, r.plan, r.share, r.model, r.value_vars,
-            r.x_init, r.S, scaling=float(scaling), adapt=adapt,
-            target_accept=float(target_accept), adapt_window=r.adapt_window, party_stats=False,
-        )  # fmt: skip
-    finally:
-        if own_pool:
-            pool.close()
-    extra = {"dp_shards": len(loaders), "dp_run_id": header["run"]}
+    idata, r, extra = drive(_Shards(shard_loaders(shards)), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
+
+
+class _Shards(Party):
+    """One curator's table in shards, with one noise draw per release (:class:`ShardPool`)."""
+
+    argument = "shards"
+    pool_class = ShardPool
+    resume_mismatch = "`shards` differ in number from those of the run being resumed."
+    party_stats = False  # one party: the curator
+
+    @property
+    def names(self) -> list[str]:
+        return shard_names(len(self.parties))
+
+    def identity(self) -> int:
+        """The number of shards."""
+        return len(self.names)
+
+    def check(self, r: Run) -> None:
+        gate_on_placeholders(r.model, r.value_vars, r.neighbours)
+
+    def pool_options(self, r: Run, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The run's journal and the driver's noise key."""
+        return {"journal": r.journal, "secret": driver_secret(args["ledger_path"])}
+
+    def reuse(self, pool: ShardPool, r: Run, args: Mapping[str, Any]) -> None:
+        """A pool the caller started takes this run's journal and noise key."""
+        super().reuse(pool, r, args)
+        options = self.pool_options(r, args)
+        pool.journal, pool._secret = options["journal"], options["secret"]
+
+    def release_mu(self, pool: ShardPool, mu: float, r: Run, args: Mapping[str, Any]) -> list:
+        return [mu]
+
+    def report(self, pool: ShardPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
+        return {"dp_shards": len(self.names), "dp_run_id": pool.run}

@@ -28,17 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import pymc as pm
 
 from pymc_penalty.distributed._service import ShardService, digest, keyed_noise, load_secret
 from pymc_penalty.distributed._setup import Journal
-from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool
+from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool, ActorSpec
 from pymc_penalty.errors import ShardError
 from pymc_penalty.privacy.precision import snap_count
 
-__all__ = ["ShardPool", "driver_secret", "shard_loaders"]
+__all__ = ["ShardPool", "driver_secret", "shard_loaders", "shard_names"]
 
 Loader = Callable[[], Mapping[str, Any]] | str | os.PathLike
 
@@ -78,6 +77,11 @@ def shard_loaders(shards: Any) -> list[Loader]:
         if isinstance(loader, str | os.PathLike) and Path(loader).suffix != ".npz":
             raise ValueError(f"`shards[{k}]` names a path that is not an .npz file.")
     return shards
+
+
+def shard_names(n: int) -> list[str]:
+    """The names of ``n`` shards in messages and reports: ``shard-0``, ``shard-1``, ..."""
+    return [f"shard-{k}" for k in range(n)]
 
 
 def _delayed_blocks(block: Mapping[str, Any]) -> bool:
@@ -164,10 +168,10 @@ class ShardPool(ActorPool):
         secret: bytes | None = None,
     ) -> None:
         loaders = shard_loaders(shards)
-        self.names = [f"shard-{k}" for k in range(len(loaders))]
+        names = shard_names(len(loaders))
         self.journal = Journal(None) if journal is None else journal
         self._secret = secrets.token_bytes(32) if secret is None else bytes(secret)
-        super().__init__(cluster, min(len(loaders), os.cpu_count() or 1), timeout, run)
+        super().__init__(names, cluster, min(len(loaders), os.cpu_count() or 1), timeout, run)
         try:
             workers = sorted(self.client.scheduler_info()["workers"])
         except Exception:  # noqa: BLE001
@@ -175,9 +179,6 @@ class ShardPool(ActorPool):
         if not workers:
             self.close()
             raise ShardError("The Dask cluster has no workers to hold the shards.")
-        model_bytes = cloudpickle.dumps(model)
-        value_names = [v.name for v in value_vars]
-        point = {k: np.asarray(v) for k, v in point.items()}
         #: Which worker holds each shard (round-robin).
         self.placement = [workers[k % len(workers)] for k in range(len(loaders))]
         # A dask collection's blocks are computed on the workers; the actors receive them
@@ -188,25 +189,11 @@ class ShardPool(ActorPool):
             else loader
             for loader in loaders
         ]
-        futures = [
-            self.client.submit(
-                ShardService,
-                name,
-                model_bytes,
-                value_names,
-                point,
-                loader,
-                os.getpid(),
-                compile_kwargs,
-                actor=True,
-                pure=False,
-                key=f"{name}-{self.run}",
-                workers=[where],
-                allow_other_workers=False,
-            )
+        specs = [
+            ActorSpec(loader, (), name, {"workers": [where], "allow_other_workers": False})
             for name, loader, where in zip(self.names, loaders, self.placement, strict=True)
         ]
-        self._start(self.names, futures)
+        self._start(ShardService, model, value_vars, point, compile_kwargs, specs)
 
     def release(
         self,
@@ -252,8 +239,7 @@ class ShardPool(ActorPool):
             A shard was lost, hung or failed (nothing of the step is released), or the step
             id was already released for other points.
         """
-        step = self._step if step is None else int(step)
-        self._step = max(self._step, step + 1)
+        step = self._next_step(step)
         x0s = np.atleast_2d(np.asarray(x0s, dtype=np.float64))
         x1s = np.atleast_2d(np.asarray(x1s, dtype=np.float64))
         chains = x0s.shape[0]
@@ -268,17 +254,12 @@ class ShardPool(ActorPool):
                 f"Step {step} of run {self.run!r} was already released for other points; a "
                 "step id is used once (its noise would be reused). Nothing was released."
             )
-        calls = [
-            self._call(
-                name,
-                f"compute step {step}",
-                lambda actor=actor: actor.partial_sums(self.run, step, x0s, x1s, bounds),
-            )
-            for name, actor in zip(self.names, self._actors, strict=True)
-        ]
+        replies = self._ask_all(
+            f"compute step {step}",
+            lambda _, actor: actor.partial_sums(self.run, step, x0s, x1s, bounds),
+        )
         sums, counts = np.zeros(chains), np.zeros(chains)
-        for name, call in zip(self.names, calls, strict=True):
-            reply = self._answer(name, call, f"compute step {step}")
+        for name, reply in replies:
             part_sums = np.asarray(reply["sums"], dtype=np.float64)
             part_counts = np.asarray(reply["counts"], dtype=np.float64)
             if part_sums.shape != (chains,) or part_counts.shape != (chains,):
@@ -299,10 +280,7 @@ class ShardPool(ActorPool):
     def computed(self) -> dict[str, dict[str, int]]:
         """Per shard, how many times its worker computed each step id (a measurement of
         re-executed calls: 1 everywhere when nothing was retried)."""
-        return {
-            name: self._answer(name, self._call(name, "report", actor.computed), "report")
-            for name, actor in zip(self.names, self._actors, strict=True)
-        }
+        return dict(self._ask_all("report", lambda _, actor: actor.computed()))
 
     def _spent_text(self, exclude: str) -> str:
         return "No partial sum of this step was released (the noise is added once all answer)."

@@ -1,0 +1,155 @@
+"""One distributed run from its arguments to its raw result, for both Dask samplers.
+
+:func:`drive` is what :func:`~pymc_penalty.distributed.sample` (several data owners) and
+:func:`~pymc_penalty.distributed.sample_sharded` (one curator's table in shards) share: check
+the arguments and open the ledger (:func:`~pymc_penalty.distributed._setup.prepare_run`),
+refuse a resume that does not match, calibrate the run's ``mu`` and draw its seed, start the
+pool (or take the caller's, with step ids of its own), journal the run, run the lockstep loop
+(:func:`~pymc_penalty.distributed._driver.run_chains`). The sampler then finalizes the result
+itself, with :func:`~pymc_penalty.results.publish.finalize_result` as :func:`pymc_penalty.sample`
+does: the report's convergence warning points two frames up, at the line that called the
+sampler. A :class:`Party` says what differs between the two.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import arviz as az
+
+from pymc_penalty.distributed._driver import run_chains
+from pymc_penalty.distributed._setup import Run, prepare_run
+from pymc_penalty.distributed.pool import ActorPool
+from pymc_penalty.privacy.budget import available_mu, calibrate
+
+__all__ = ["Party", "drive"]
+
+#: The samplers' arguments that :func:`prepare_run` checks (its parameters, by name).
+_PREPARED = tuple(inspect.signature(prepare_run).parameters)
+
+
+class Party(ABC):
+    """What a distributed run's data side is: several owners, or one curator's shards.
+
+    Parameters
+    ----------
+    parties : sequence
+        What :attr:`pool_class` is started with (the owners, or the shards' loaders).
+    """
+
+    #: The argument that gives the parties, and its key in the run journal's header.
+    argument: str
+    #: The pool that serves them.
+    pool_class: type[ActorPool]
+    #: Why a resume is refused when :meth:`identity` differs from the journal's.
+    resume_mismatch: str
+    #: Whether each party's and the outsider's ``mu`` are recorded per step (``run_chains``).
+    party_stats: bool = True
+
+    def __init__(self, parties: Sequence[Any]) -> None:
+        self.parties = parties
+
+    @property
+    @abstractmethod
+    def names(self) -> list[str]:
+        """The parties' names, as their pool names them (:attr:`ActorPool.names`)."""
+
+    def identity(self) -> Any:
+        """What the run journal keeps of the parties (a resume must match it): their names."""
+        return self.names
+
+    def check(self, r: Run) -> None:  # noqa: B027 - optional: nothing to check by default
+        """Refuse what cannot run, before any pool starts or anything is spent."""
+
+    def pool_options(self, r: Run, args: Mapping[str, Any]) -> dict[str, Any]:
+        """What :attr:`pool_class` takes besides the arguments every pool takes."""
+        return {}
+
+    def start(self, r: Run, args: Mapping[str, Any]) -> ActorPool:
+        """Start a pool for the run (``args``: the sampler's arguments)."""
+        return self.pool_class(
+            self.parties,
+            r.model,
+            r.value_vars,
+            r.point,
+            cluster=args["cluster"],
+            timeout=args["timeout"],
+            compile_kwargs=args["compile_kwargs"],
+            run=args["run"],
+            **self.pool_options(r, args),
+        )
+
+    def reuse(self, pool: ActorPool, r: Run, args: Mapping[str, Any]) -> None:
+        """Check that the caller's ``pool`` serves these parties (its step ids are reset by
+        :func:`drive`)."""
+        if pool.names != self.names:
+            raise ValueError(
+                f"`{self.argument}` must be the {self.argument} `pool` was started with."
+            )
+
+    @abstractmethod
+    def release_mu(self, pool: ActorPool, mu: float, r: Run, args: Mapping[str, Any]) -> list:
+        """Each party's per-release ``mu`` of a new run whose run-wide ``mu`` is ``mu``."""
+
+    @abstractmethod
+    def report(self, pool: ActorPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
+        """The report's entries of the parties (``idata.attrs``), read while ``pool`` runs."""
+
+
+def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run, dict[str, Any]]:
+    """Run the penalty chain through ``party``'s pool; ``args`` holds the sampler's arguments
+    by name (the public function's ``locals()``). Returns the raw InferenceData, the run and
+    the parties' report entries, which the sampler passes to ``finalize_result``."""
+    r = prepare_run(**{name: args[name] for name in _PREPARED})
+    plan = [r.plan.draws, r.plan.tune, r.plan.chains]
+    if r.resumed is not None:
+        if r.resumed.get(party.argument) != party.identity():
+            raise ValueError(party.resume_mismatch)
+        if r.resumed.get("plan") != plan:
+            raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
+    party.check(r)
+    if r.resumed is None:
+        mu = calibrate(
+            available_mu(r.ledger),
+            r.plan,
+            clip=float(args["clip"]),
+            clip_mode=r.clip_mode,
+            neighbours=r.neighbours,
+            clip_count_share=r.share,
+        )
+        seed = secrets.randbits(63) if args["random_seed"] is None else int(args["random_seed"])
+    pool = args["pool"]
+    own_pool = pool is None
+    if own_pool:
+        pool = party.start(r, args)
+    else:  # a pool the caller started: this run gets its own step ids
+        party.reuse(pool, r, args)
+        pool.run, pool._step = args["run"] or uuid.uuid4().hex, 0
+    try:
+        if r.resumed is None:
+            header = {
+                "run": pool.run,
+                "owner_mu": party.release_mu(pool, mu, r, args),
+                "seed": seed,
+                party.argument: party.identity(),
+                "plan": plan,
+            }
+            r.journal.add(header)
+        else:
+            header = r.resumed
+        idata = run_chains(
+            pool, r.config, r.journal, header, r.plan, r.share, r.model, r.value_vars,
+            r.x_init, r.S, scaling=float(args["scaling"]), adapt=args["adapt"],
+            target_accept=float(args["target_accept"]), adapt_window=r.adapt_window,
+            party_stats=party.party_stats,
+        )  # fmt: skip
+        extra = party.report(pool, idata, r)
+    finally:
+        if own_pool:
+            pool.close()
+    return idata, r, extra
