@@ -123,9 +123,10 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
     taylor : TaylorModel
         The one-shot release (:func:`pymc_penalty.warmstart.taylor.taylor_oneshot`).
     **kwargs
-        :class:`~pymc_penalty.PenaltyMetropolis` arguments. ``clip`` defaults to the model's
-        residual clip ``r`` and ``clip_mode`` is ``"metric"`` (the bound is ``clip`` times the
-        step's residual length), ``S`` to the model's covariance.
+        :class:`~pymc_penalty.PenaltyMetropolis` arguments. ``clip`` defaults to the released
+        residual clip ``r`` (measured at public probe moves: ``clip="auto"`` is not supported
+        here), ``clip_mode`` is ``"metric"`` (the bound is ``clip`` times
+        :meth:`TaylorModel.residual_length`), ``S`` defaults to the model's covariance.
     """
 
     def __init__(self, vars: list | None = None, *, taylor: TaylorModel, **kwargs: Any) -> None:

@@ -36,6 +36,7 @@ from pymc_penalty.warmstart import WarmStart, WarmStartTarget
 __all__ = [
     "MAX_SECOND_ORDER_DIM",
     "ONESHOT_SHARES",
+    "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
     "TAYLOR_TUNE",
     "control_rows",
@@ -49,8 +50,12 @@ __all__ = [
 #: error.
 TAYLOR_SHARE = 0.8
 
-#: Tuning steps per chain on the Taylor path with ``tune="auto"`` (full covariance adapted).
-TAYLOR_TUNE = 1000
+#: Tuning steps per chain on the Taylor path with ``tune="auto"`` (full covariance adapted
+#: from the released model's covariance).
+TAYLOR_TUNE = 500
+
+#: Draws per chain on the Taylor path with ``draws="auto"``.
+TAYLOR_DRAWS = 4000
 
 #: Second-order models up to this many parameters (each row keeps ``d + d(d+1)/2``
 #: coefficients and its Hessian costs ``2 d^2`` likelihood evaluations); first order above.
@@ -64,8 +69,33 @@ ONESHOT_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "hist_r": 0.03, "G": 0.82, "H"
 _CLIP_Q = 0.9  # clips: a public tail factor times the noisy 90% quantile of the norms
 _FACTOR_G, _FACTOR_H = 2.0, 3.0
 _RESIDUAL_TAIL = 1e-3  # the residual clip aims at this fraction of the rows at the probes
+_RESIDUAL_FACTOR = 2.0  # times the noisy tail edge (the chain's moves differ from the probes)
 _PROBES = 8
 _FD_STEP = 1e-2  # finite-difference step in whitened units (posterior sds)
+
+
+def _oneshot_clip(
+    edges: np.ndarray,
+    counts: np.ndarray,
+    sd: float,
+    mu_sum: float,
+    dim: int,
+    relation: str,
+    factor: float,
+) -> float:
+    """A one-shot clip from a noisy histogram of the rows' norms (post-processing).
+
+    The clip that balances the sum's noise against its clipping bias: raising ``c`` adds
+    ``k sqrt(dim) / mu_sum`` to the noise's expected norm (``k`` = 2 substitute-one, 1
+    add/remove-one) and removes ``N(> c)`` from the bias, so the balance clips about
+    ``k sqrt(dim) / mu_sum`` rows (:func:`~pymc_penalty.privacy.taylor.clips.clip_by_tail`).
+    A clipped row's first-order leftover stays in its residual, whose small bound clips it in
+    every step: the one-shot clip must leave few rows clipped. Never below ``factor`` times
+    the noisy 90% quantile (where the tail is below the counts' noise).
+    """
+    k = 2.0 if relation == "substitute" else 1.0
+    tail = tc.clip_by_tail(edges, counts, sd, tail=k * math.sqrt(dim) / float(mu_sum))
+    return max(tail, tc.clip_by_scale(edges, counts, sd, _CLIP_Q, factor))
 
 
 def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, index: np.ndarray, n: int, order: int):
@@ -211,7 +241,7 @@ def taylor_oneshot(
     shares = dict(ONESHOT_SHARES)
     if order == 1:
         shares["G"] += shares.pop("H") + shares.pop("hist_h")
-    mus = {k: math.sqrt(v * float(mu) ** 2) for k, v in shares.items()}
+    mus = {name: math.sqrt(v * float(mu) ** 2) for name, v in shares.items()}
     spent = [0.0, 0]
 
     def charge(name: str) -> float:
@@ -231,7 +261,7 @@ def taylor_oneshot(
     e_g = tc.geometric_edges(scale, -24, 56, 4)
     norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
     cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
-    c_g = tc.clip_by_scale(e_g, cnt, sd, _CLIP_Q, _FACTOR_G)
+    c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, _FACTOR_G)
     c_H = None
     if order == 2:
         mu_hist_h = charge("hist_h")
@@ -239,7 +269,7 @@ def taylor_oneshot(
         ok = np.all(np.isfinite(h_packed), axis=1)
         norms_h = np.where(ok, tl.packed_frobenius(np.where(ok[:, None], h_packed, 0.0), k), 0.0)
         cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
-        c_H = tc.clip_by_scale(e_h, cnt, sd, _CLIP_Q, _FACTOR_H)
+        c_H = _oneshot_clip(e_h, cnt, sd, mus["H"], k * (k + 1) // 2, relation, _FACTOR_H)
     coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
     del g, h_packed
     mu_G = charge("G")
@@ -286,7 +316,7 @@ def taylor_oneshot(
     e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
     cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
     del ratio
-    r = 2.0 * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
+    r = _RESIDUAL_FACTOR * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
     return dataclasses.replace(
         model, residual_clip=float(r), mu=math.sqrt(spent[0]), releases=int(spent[1])
     )
