@@ -19,6 +19,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
+from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.budgeted import (
     run_taylor_oneshot,
@@ -63,7 +64,11 @@ from pymc_penalty.results.publish import finalize, finalize_result, step_report
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
 from pymc_penalty.sampling.setup import check_step_kwargs
 from pymc_penalty.sampling.step import PenaltyMetropolis
-from pymc_penalty.sampling.taylor import TaylorModel, TaylorPenaltyMetropolis
+from pymc_penalty.sampling.taylor import (
+    TaylorModel,
+    TaylorPenaltyMetropolis,
+    noise_limited_clip,
+)
 from pymc_penalty.validation import check_sample_arguments
 from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, prepare_warm_start
 from pymc_penalty.warmstart.taylor import TAYLOR_DRAWS, TAYLOR_SHARE, TAYLOR_TUNE
@@ -422,7 +427,12 @@ def sample(
             step_kwargs["adapt"] = "full"
         step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
         step_kwargs.pop("clip_tail", None)  # the residual clip is released, not found
-        clip = taylor.residual_clip if clip == "auto" else clip
+        if clip == "auto":  # raised to what the chains' noise can carry (public inputs)
+            lik_mu = math.sqrt(likelihood_mu2(resolved.step_mu, 1.0, float(clip_count_share)))
+            taylor = dataclasses.replace(
+                taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
+            )
+            clip = taylor.residual_clip
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
         step = step_class(
