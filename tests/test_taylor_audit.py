@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "audit_taylor.py"
@@ -43,3 +44,15 @@ def test_residual_step_passes_and_a_halved_noise_fails() -> None:
     broken, _ = audit_taylor.audit_residual_step("substitute", RUNS, broken=True)
     assert broken.exceeds_claim  # must-fail control
     assert broken.mu_lower > broken.claimed_mu
+
+
+@pytest.mark.parametrize("relation", ["substitute", "add_remove"])
+def test_a_neighbour_changes_one_row_of_taylor_terms(relation: str) -> None:
+    """The finite-difference Taylor terms are row-local: every row but the changed one has
+    bit-identical terms on the two data sets (so only one clipped term moves the sums)."""
+    d, d2 = audit_taylor.data(relation)
+    a = audit_taylor.row_coefficients(audit_taylor.poisson(d), relation)
+    b = audit_taylor.row_coefficients(audit_taylor.poisson(d2), relation)
+    assert np.array_equal(a[1:], b[1:] if relation == "substitute" else b)
+    if relation == "substitute":
+        assert not np.array_equal(a[0], b[0])
