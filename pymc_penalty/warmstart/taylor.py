@@ -276,7 +276,8 @@ def taylor_oneshot(
     g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
     scale = math.sqrt(k / max(rows, 1.0))
     e_g = tc.geometric_edges(scale, -24, 56, 4)
-    norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # a norm past the float range: top bin
+        norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
     cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
     c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, rows, _FACTOR_G)
     c_H = None
@@ -284,7 +285,9 @@ def taylor_oneshot(
         mu_hist_h = charge("hist_h")
         e_h = tc.geometric_edges(scale**2, -24, 56, 4)
         ok = np.all(np.isfinite(h_packed), axis=1)
-        norms_h = np.where(ok, tl.packed_frobenius(np.where(ok[:, None], h_packed, 0.0), k), 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            h_ok = np.where(ok[:, None], h_packed, 0.0)
+            norms_h = np.where(ok, tl.packed_frobenius(h_ok, k), 0.0)
         cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
         c_H = _oneshot_clip(e_h, cnt, sd, mus["H"], k * (k + 1) // 2, relation, rows, _FACTOR_H)
     coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
@@ -331,7 +334,8 @@ def taylor_oneshot(
         # not move r (NaN or infinite: read as 0).
         rho = np.where(np.isfinite(rho), np.abs(rho), 0.0)
         lengths.append(model.residual_length(x0, x1))
-        ratio = np.maximum(ratio, rho / max(lengths[-1], 1e-300))
+        with np.errstate(over="ignore"):  # an overflowed ratio: the top bin
+            ratio = np.maximum(ratio, rho / max(lengths[-1], 1e-300))
     e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
     cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
     del ratio

@@ -260,13 +260,15 @@ def clip_packed_rows(
         bad |= ~np.all(np.isfinite(h_packed), axis=1)
         h_packed = np.where(bad[:, None], 0.0, h_packed)
     g = np.where(bad[:, None], 0.0, g)
-    fg = _clip_factor(np.linalg.norm(g, axis=1), float(c_g))
+    with np.errstate(over="ignore"):  # a norm past the float range clips the row to zero
+        fg = _clip_factor(np.linalg.norm(g, axis=1), float(c_g))
     gc = g * fg[:, None]
     if h_packed is None:
         return gc, fg < 1.0, np.zeros(len(g), dtype=bool)
     if c_H is None:
         raise ValueError("c_H is required with Hessians")
-    fH = _clip_factor(packed_frobenius(h_packed, g.shape[1]), float(c_H))
+    with np.errstate(over="ignore"):
+        fH = _clip_factor(packed_frobenius(h_packed, g.shape[1]), float(c_H))
     return np.concatenate([gc, h_packed * fH[:, None]], axis=1), fg < 1.0, fH < 1.0
 
 
