@@ -250,7 +250,7 @@ def test_sample_taylor_end_to_end_spends_the_budget_and_reports() -> None:
     model = _logistic(3000, 9)
     with model:
         idata = pp.sample(
-            epsilon=2.0, delta=1e-5, method="taylor", draws=300, progressbar=False, random_seed=1
+            epsilon=2.0, delta=1e-5, method="taylor", draws=1000, progressbar=False, random_seed=1
         )
     attrs = idata.attrs
     assert attrs["dp_method"] == "taylor"
