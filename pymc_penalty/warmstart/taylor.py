@@ -273,6 +273,7 @@ def taylor_oneshot(
 
     # Everything the releases read is computed after the first charge.
     mu_hist_g = charge("hist_g")
+    mu_hist_h = charge("hist_h") if order == 2 else 0.0  # before the Hessians are read
     g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
     scale = math.sqrt(k / max(rows, 1.0))
     e_g = tc.geometric_edges(scale, -24, 56, 4)
@@ -282,7 +283,6 @@ def taylor_oneshot(
     c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, rows, _FACTOR_G)
     c_H = None
     if order == 2:
-        mu_hist_h = charge("hist_h")
         e_h = tc.geometric_edges(scale**2, -24, 56, 4)
         ok = np.all(np.isfinite(h_packed), axis=1)
         with np.errstate(over="ignore", invalid="ignore"):

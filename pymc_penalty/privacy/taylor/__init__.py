@@ -378,11 +378,12 @@ def residual_rows(
     """Per-row residual ``rho_i = [l_i(w') - m_i(w')] - [l_i(w) - m_i(w)]``.
 
     ``ll_new``, ``ll_old`` are the rows' log-likelihoods at ``w'`` and ``w``. A row whose
-    log-likelihood difference is NaN (impossible at both points) gets ``-inf`` (clipped to
-    ``-B``, as the plain path does).
+    log-likelihood difference is NaN (impossible at both points) gets 0, as in the compiled
+    likelihood (:func:`pymc_penalty.model.likelihood.clipped_ratio_sum`): it adds nothing,
+    which keeps the released difference antisymmetric.
     """
     rho = (np.asarray(ll_new) - rows.model(w_new)) - (np.asarray(ll_old) - rows.model(w_old))
-    return np.where(np.isnan(rho), -np.inf, rho)
+    return np.where(np.isnan(rho), 0.0, rho)
 
 
 def residual_bound(
