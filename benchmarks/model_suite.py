@@ -624,14 +624,21 @@ def plot(cells: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def write_docs(cells: list[dict], command: str, seconds: float, summary: str | None = None) -> None:
-    """Write ``docs/benchmarks/model-suite.md`` and its plot: the command, the table, the
-    targets met, and how to read them (``summary``: the ``--from-csv`` command that made the
-    table from the run's CSV, if it did)."""
+def write_docs(
+    cells: list[dict],
+    command: str,
+    seconds: float,
+    summary: str | None = None,
+    path: str | None = None,
+) -> None:
+    """Write ``docs/benchmarks/model-suite.md`` (or ``path``) and its plot: the command, the
+    table, the targets met, and how to read them (``summary``: the ``--from-csv`` command that
+    made the table from the run's CSV, if it did)."""
     from _common import machine_info
 
     info = machine_info()
-    png = DOCS_PATH.replace(".md", ".png")
+    path = DOCS_PATH if path is None else path
+    png = path.replace(".md", ".png")
     plot(cells, png)
     private = [c for c in cells if c["method"] != "nuts" and c["datasets"]]
     counts = {
@@ -681,7 +688,7 @@ edge is not a measured miss.
 
 ![RMS error and coverage against epsilon]({os.path.basename(png)})
 """
-    with open(DOCS_PATH, "w", encoding="utf-8") as fh:
+    with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
 
 
@@ -715,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), help=f"of {list(METHODS)}")
     parser.add_argument("--csv", default=None, help=f"per-run rows (default {DEFAULT_CSV})")
     parser.add_argument("--write-docs", action="store_true", help="docs/benchmarks/model-suite")
+    parser.add_argument(
+        "--docs-path", default=None, help=f"with --write-docs (default {DOCS_PATH})"
+    )
     parser.add_argument("--from-csv", help="summarise the rows of an earlier run's CSV instead")
     parser.add_argument("--command", help="with --from-csv: the command that wrote the CSV")
     parser.add_argument("--seconds", type=float, default=math.nan, help="with --from-csv: its time")
@@ -745,9 +755,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs and not args.quick:
         if args.from_csv:
             summary = command_line(__file__, sys.argv[1:] if argv is None else argv)
-            write_docs(cells, command, args.seconds, summary)
+            write_docs(cells, command, args.seconds, summary, args.docs_path)
         else:
-            write_docs(cells, command, seconds)
+            write_docs(cells, command, seconds, path=args.docs_path)
     result = {
         "command": command,
         "csv": os.path.relpath(path, REPO_ROOT) if not args.quick else path,

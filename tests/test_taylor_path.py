@@ -3,6 +3,7 @@ release's charges, the chain's tilted target, and ``pp.sample(method="taylor")``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -263,3 +264,37 @@ def test_sample_taylor_end_to_end_spends_the_budget_and_reports() -> None:
     assert "observed_data" not in idata.groups() and "constant_data" not in idata.groups()
     # the chains mixed on the residual path (ESS far above the plain walk's few draws)
     assert attrs["dp_ess_bulk_min"] > 50
+
+
+def test_noise_limited_clip_sets_the_typical_noise_and_never_lowers_r() -> None:
+    """The residual clip is raised until a move of the probes' median length has noise sd 1
+    (public inputs only), and never below the released r; a model without probe lengths keeps
+    r."""
+    from pymc_penalty.sampling.taylor import noise_limited_clip
+
+    t, L = np.zeros(2), np.eye(2)
+    base = TaylorModel(
+        t=t,
+        L=L,
+        release=tl.TaylorRelease(np.zeros(2), None, 1.0, 0.0, 1.0),
+        order=1,
+        clip_g=1.0,
+        clip_H=math.nan,
+        residual_clip=1e-6,
+        mu=1.0,
+        releases=1,
+        point=t,
+        covariance=np.eye(2),
+        control=RowControl(t, L, np.zeros((3, 2))),
+        probe_length=2.5,
+    )
+    mu = 0.01
+    for relation, k in (("substitute", 2.0), ("add_remove", 1.0)):
+        clip = noise_limited_clip(base, mu, relation)
+        assert math.isclose(k * clip * base.probe_length / mu, 1.0, rel_tol=1e-12)
+    big = dataclasses.replace(base, residual_clip=1.0)
+    assert noise_limited_clip(big, mu, "substitute") == 1.0
+    assert (
+        noise_limited_clip(dataclasses.replace(base, probe_length=math.nan), mu, "substitute")
+        == 1e-6
+    )
