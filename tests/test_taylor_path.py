@@ -264,6 +264,12 @@ def test_sample_taylor_end_to_end_spends_the_budget_and_reports() -> None:
     assert "observed_data" not in idata.groups() and "constant_data" not in idata.groups()
     # the chains mixed on the residual path (ESS far above the plain walk's few draws)
     assert attrs["dp_ess_bulk_min"] > 50
+    # the phases add up to what was spent, the one-shot a phase of its own
+    costs = pp.diagnostics.phase_costs(idata)
+    assert costs.taylor_releases == attrs["dp_taylor_releases"] > 0
+    assert math.sqrt(costs.total_mu2) == pytest.approx(attrs["dp_mu"], rel=1e-6)
+    text = str(pp.report(idata))
+    assert "Taylor one-shot" in text and "Taylor residual" in text
 
 
 def test_noise_limited_clip_sets_the_typical_noise_and_never_lowers_r() -> None:

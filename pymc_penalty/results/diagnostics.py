@@ -169,6 +169,9 @@ class PhaseCosts:
         plan or the budget, cut so every chain has the same length, and chains that
         released no draw), priced at the per-step ``mu``. They were spent all the same.
     removed_releases : int
+    taylor_mu2 : float
+        The Taylor path's one-shot release (``dp_taylor_mu``; 0 on the plain path).
+    taylor_releases : int
     """
 
     warm_start_mu2: float
@@ -181,14 +184,17 @@ class PhaseCosts:
     screen_mu2: float = 0.0
     removed_mu2: float = 0.0
     removed_releases: int = 0
+    taylor_mu2: float = 0.0
+    taylor_releases: int = 0
 
     @property
     def total_mu2(self) -> float:
-        """Everything the run spent: the screen, the warm start, tuning and sampling of every
-        chain, and the releases whose draws were removed."""
+        """Everything the run spent: the screen, the warm start, the Taylor path's one-shot,
+        tuning and sampling of every chain, and the releases whose draws were removed."""
         return float(
             self.screen_mu2
             + self.warm_start_mu2
+            + self.taylor_mu2
             + self.tuning_mu2.sum()
             + self.sampling_mu2.sum()
             + self.removed_mu2
@@ -252,6 +258,8 @@ def phase_costs(idata: az.InferenceData) -> PhaseCosts:
         screen_mu2=float(report.get("dp_screen_mu", 0.0)) ** 2,
         removed_mu2=GDPAccountant().spend(run_mu, removed).mu_squared if removed else 0.0,
         removed_releases=removed,
+        taylor_mu2=float(report.get("dp_taylor_mu", 0.0)) ** 2,
+        taylor_releases=int(report.get("dp_taylor_releases", 0)),
     )
 
 

@@ -124,6 +124,10 @@ def _phase_rows(idata: az.InferenceData, delta: float) -> list[tuple[str, str]]:
     phases = [
         ("screen", costs.screen_mu2, int(costs.screen_mu2 > 0)),  # unevaluable rows' count
         ("warm start", costs.warm_start_mu2, costs.warm_start_releases),
+        *(
+            [("Taylor one-shot", costs.taylor_mu2, costs.taylor_releases)]
+            * bool(costs.taylor_releases)
+        ),
         ("tuning", float(costs.tuning_mu2.sum()), int(costs.tuning_releases.sum())),
         ("sampling", float(costs.sampling_mu2.sum()), int(costs.sampling_releases.sum())),
     ]

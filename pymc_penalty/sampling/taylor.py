@@ -182,6 +182,14 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         self._row_control = taylor.control
         super().__init__(vars, **kwargs)
 
+    def describe_sensitivity(self) -> str:
+        """The bound in words, for the report (no data)."""
+        return (
+            f"Taylor residual (order {self.taylor.order}): B = {self.clip:g} * "
+            "max(||u||, ||u'||, 1)^order * ||u' - u||_2 (u: the likelihood's coordinates "
+            "whitened at the warm start's point)"
+        )
+
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
         """The proposal and its residual length ``max(||w||, ||w'||, 1)^order ||w' - w||``
         (public: the two points and the public ``t``, ``L``)."""
