@@ -47,6 +47,7 @@ from pymc_penalty.planning.plan import (
     chain_starts,
     phase_report,
     resolve_chains,
+    resolve_method,
     resolve_tune,
     resolve_warm_start,
     warm_step_kwargs,
@@ -159,7 +160,7 @@ def sample(
     cluster: Any = None,
     shards: Any = None,
     backend: str = "pymc",
-    method: str = "penalty",
+    method: str = "auto",
     **pm_sample_kwargs: Any,
 ) -> az.InferenceData:
     """Draw a differentially private posterior sample with a privacy report.
@@ -255,7 +256,10 @@ def sample(
         ``"jax"`` (needs the ``jax`` extra): tuning as with ``"pymc"``, then each chain's
         draws run on a JAX device in jitted blocks, with the same releases, noise source,
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
-    method : {"penalty", "taylor"}, default "penalty"
+    method : {"auto", "taylor", "penalty"}, default "auto"
+        ``"auto"``: ``"taylor"`` wherever it applies (a warm start, the PyMC backend, no
+        owners or shards, ``clip_mode="metric"``), else ``"penalty"``; the report's
+        ``dp_method`` says which ran (:func:`pymc_penalty.planning.plan.resolve_method`).
         ``"taylor"``: after the warm start, release each row's Taylor terms at its point once
         (summed, clipped, with noise; :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`,
         :data:`~pymc_penalty.warmstart.taylor.TAYLOR_SHARE` of what the warm start leaves),
@@ -285,13 +289,16 @@ def sample(
     """
     # Every argument, before a ledger is opened or anything compiled (the data are checked
     # by the step and the warm start, after the model gate).
-    if isinstance(draws, str) and draws == "auto":
-        draws = TAYLOR_DRAWS if method == "taylor" else DEFAULT_DRAWS
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     min_rows = check_min_rows(min_rows)
     model = pm.modelcontext(model)
     parties = owners if shards is None else shards  # distributed: no warm start, no JAX
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
+    method = resolve_method(
+        method, warm_start, backend=backend, parties=parties, clip_mode=clip_mode
+    )
+    if isinstance(draws, str) and draws == "auto":
+        draws = TAYLOR_DRAWS if method == "taylor" else DEFAULT_DRAWS
     taylor_tune = method == "taylor" and isinstance(tune, str) and tune == "auto"
     # The Taylor path's residual steps cost almost nothing: its chains tune as long as
     # without a warm start, adapting their full covariance (its start is the released
@@ -515,5 +522,7 @@ def sample(
         idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
     )
     if taylor is not None:  # post-processing of released values: no privacy cost
-        idata = taylor_posterior(idata, model, taylor, pm_sample_kwargs.get("random_seed"))
+        idata = taylor_posterior(
+            idata, model, taylor, pm_sample_kwargs.get("random_seed"), keep_data=keep_data
+        )
     return idata

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import InvalidArgumentError
+from pymc_penalty.errors import InvalidArgumentError, UtilityWarning
 from pymc_penalty.model.checks import check_min_rows
 from pymc_penalty.planning.plan import (
     chain_starts,
@@ -32,7 +32,8 @@ from pymc_penalty.planning.plan import (
 )
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
-from pymc_penalty.results.noise_aware import noise_aware_posterior
+from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR, noise_aware_posterior
+from pymc_penalty.results.report import remember_model
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
     SET_BY_SAMPLE,
@@ -109,25 +110,48 @@ def run_taylor_oneshot(
         ledger.release_unused()
 
 
-def taylor_posterior(idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any) -> Any:
+def taylor_posterior(
+    idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any, keep_data: bool = False
+) -> Any:
     """The Taylor path's published posterior: the chain's draws with the one-shot noise
     integrated out (:func:`~pymc_penalty.results.noise_aware.noise_aware_posterior`), the
     raw chain's draws (the tilted target's) kept as ``posterior_tilted``. Post-processing of
-    released values and the release's public noise law: no privacy cost."""
+    released values and the release's public noise law: no privacy cost.
+
+    Where the chain's draws cannot give the tilted posterior's Gaussian approximation (too
+    few draws, a stuck chain: a singular covariance) the result keeps the chain's draws as its
+    posterior (``dp_noise_aware`` 0) and warns (:class:`~pymc_penalty.UtilityWarning`): its
+    intervals then leave the one-shot noise out. The budget is spent by then; failing would
+    lose it.
+    """
     seed = _seed(random_seed)
     rng = np.random.default_rng(None if seed is None else [seed, 0x7A7])
-    out = noise_aware_posterior(
-        idata,
-        model,
-        t=taylor.t,
-        L=taylor.L,
-        sd_G=taylor.release.sd_G,
-        sd_H=taylor.release.sd_H,
-        rng=rng,
-        var_names=list(idata.posterior.data_vars),
-        index=taylor.index,
-    )
+    try:
+        out = noise_aware_posterior(
+            idata,
+            model,
+            t=taylor.t,
+            L=taylor.L,
+            sd_G=taylor.release.sd_G,
+            sd_H=taylor.release.sd_H,
+            rng=rng,
+            var_names=list(idata.posterior.data_vars),
+            index=taylor.index,
+            allow_data=keep_data,
+        )
+    except ValueError as exc:
+        warnings.warn(
+            f"The one-shot noise could not be integrated out of the chains' draws ({exc}). The "
+            "posterior is the chains' own, which targets the posterior tilted by that noise: "
+            "its intervals are too narrow by about the report's dp_taylor_noise_sd_g (in "
+            "posterior sds). Run longer chains.",
+            UtilityWarning,
+            stacklevel=3,
+        )
+        idata.posterior.attrs[NOISE_AWARE_ATTR] = 0
+        return idata
     out.add_groups({"posterior_tilted": idata.posterior})
+    remember_model(out, model)  # the result's functions find its model, as pp.sample's do
     return out
 
 

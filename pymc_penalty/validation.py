@@ -334,10 +334,12 @@ def check_sample_arguments(
     """
     check_budget(epsilon, delta)
     check_plan(
-        draws, _integer_or_auto("tune", tune, low=0), _integer_or_auto("chains", chains, low=1)
+        _integer_or_auto("draws", draws, low=1),
+        _integer_or_auto("tune", tune, low=0),
+        _integer_or_auto("chains", chains, low=1),
     )
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.backends.jax.driver
-    check_choice("method", method, ("penalty", "taylor"))
+    check_choice("method", method, ("auto", "taylor", "penalty"))
     if method == "taylor":
         _check_taylor_arguments(backend, clip, clip_mode, warm_start, others)
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)

@@ -63,6 +63,7 @@ def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(
     model, _, _ = conjugate(2000)
     epsilon, delta = 2.0, 1e-5
     idata = sample(
+        method="penalty",
         epsilon=epsilon,
         delta=delta,
         draws=50,
@@ -97,7 +98,16 @@ def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(
 def test_the_substitute_warm_start_has_one_release_fewer(spends):
     """Control: the count of the rows is what add/remove-one adds (n is public otherwise)."""
     model, _, _ = conjugate(2000)
-    idata = sample(epsilon=2.0, delta=1e-5, draws=20, chains=1, model=model, random_seed=1, **QUIET)
+    idata = sample(
+        method="penalty",
+        epsilon=2.0,
+        delta=1e-5,
+        draws=20,
+        chains=1,
+        model=model,
+        random_seed=1,
+        **QUIET,
+    )
     assert idata.attrs["dp_warm_start_releases"] == SUBSTITUTE_WARM_RELEASES
     assert len(spends) == 1 + SUBSTITUTE_WARM_RELEASES + idata.attrs["dp_releases"]  # + screen
 
@@ -115,6 +125,7 @@ def test_default_add_remove_chains_land_on_the_conjugate_model():
     n = 20_000
     model, mean, sd = conjugate(n)
     idata = sample(
+        method="penalty",
         epsilon=2.0,
         delta=0.1 / n,
         draws=500,
@@ -171,9 +182,13 @@ def test_without_the_warm_start_the_chains_do_not_land():
         return float(np.sqrt(np.mean(((draws.mean(axis=0) - mean) / sd) ** 2)))
 
     seeded = {"reproducible_noise": True}
-    warm = sample(model=model, random_seed=1, step_kwargs=seeded, **kwargs, **QUIET)
+    warm = sample(
+        method="penalty", model=model, random_seed=1, step_kwargs=seeded, **kwargs, **QUIET
+    )
     assert warm.attrs["dp_tune"] == 100
-    cold = sample(model=model, random_seed=1, warm_start=0, tune=100, **kwargs, **QUIET)
+    cold = sample(
+        method="penalty", model=model, random_seed=1, warm_start=0, tune=100, **kwargs, **QUIET
+    )
     assert cold.attrs["dp_warm_start_releases"] == 0
     print(
         f"\nRMS error in posterior sd: defaults {rms_error(warm):.3g}, cold {rms_error(cold):.3g}"
@@ -191,6 +206,7 @@ N_ODD = 1237
 
 def _starved(model, **kwargs):
     return sample(
+        method="penalty",
         epsilon=0.3,
         delta=1e-5,
         draws=20,
@@ -265,7 +281,9 @@ def test_the_found_clip_starts_from_the_released_count():
     # clip_tail pinned at 1: the start's factor from the warm start's found clip (released,
     # noisy) is tested in test_clip_tail.py; here, the row count it starts from.
     kwargs["step_kwargs"] = {"clip_tail": 1.0}
-    warm = sample(model=model, random_seed=4, discard_tuned_samples=False, **kwargs, **QUIET)
+    warm = sample(
+        method="penalty", model=model, random_seed=4, discard_tuned_samples=False, **kwargs, **QUIET
+    )
     rows = warm.attrs["dp_forecast_rows"]
     first = warm.warmup_sample_stats["dp_clip"].values[:, 0]
     np.testing.assert_allclose(first, starting_clip(rows, clip_target_fraction(rows)), rtol=1e-12)
@@ -273,7 +291,13 @@ def test_the_found_clip_starts_from_the_released_count():
     # sd is 21.6) gives a start within 1e-6 of n's; within 1e-10 it is about 1 in 1e8.
     assert first[0] != pytest.approx(starting_clip(N_ODD, clip_target_fraction(N_ODD)), rel=1e-10)
     cold = sample(
-        model=model, random_seed=4, warm_start=0, discard_tuned_samples=False, **kwargs, **QUIET
+        method="penalty",
+        model=model,
+        random_seed=4,
+        warm_start=0,
+        discard_tuned_samples=False,
+        **kwargs,
+        **QUIET,
     )
     np.testing.assert_array_equal(cold.warmup_sample_stats["dp_clip"].values[:, 0], 1.0)
 

@@ -77,6 +77,7 @@ def model():
 def idata(model):
     with model:
         return pp.sample(
+            method="penalty",
             epsilon=3.0,
             delta=1e-5,
             draws=100,

@@ -295,6 +295,7 @@ def test_a_hopeless_budget_is_forecast_before_anything_is_spent(small_model, tmp
         warnings.simplefilter("error", UtilityWarning)
         with pytest.raises(UtilityWarning, match="hopeless") as info:
             sample(
+                method="penalty",
                 epsilon=0.5,
                 delta=1e-5,
                 draws=20,
@@ -308,7 +309,7 @@ def test_a_hopeless_budget_is_forecast_before_anything_is_spent(small_model, tmp
     assert "epsilon about" in str(info.value) and "more rows" in str(info.value)
     assert PrivacyLedger.open(path).spent_mu2 == 0.0
     with pytest.warns(UtilityWarning, match="hopeless"):
-        idata = sample(model=small_model, **TINY, **QUIET)
+        idata = sample(method="penalty", model=small_model, **TINY, **QUIET)
     assert idata.attrs["dp_forecast_verdict"] == "hopeless"
     assert 0 < idata.attrs["dp_forecast_ess"] < 1
 
@@ -319,6 +320,7 @@ def test_no_forecast_under_add_remove_where_n_is_private(small_model):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)
         idata = sample(
+            method="penalty",
             epsilon=0.5,
             delta=1e-5,
             draws=20,
@@ -345,7 +347,7 @@ def test_sample_forecasts_with_the_model_likelihood_tail(small_model):
     ess = {}
     for name, model in (("gaussian", small_model), ("bernoulli", bernoulli_model)):
         with pytest.warns(UtilityWarning):
-            idata = sample(model=model, **TINY, **QUIET)
+            idata = sample(method="penalty", model=model, **TINY, **QUIET)
         ess[name] = idata.attrs["dp_forecast_ess"]
     fraction = clip_target_fraction(40)
     tail = (row_quantile("gaussian", fraction) / row_quantile("bernoulli", fraction)) ** 2

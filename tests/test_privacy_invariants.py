@@ -375,6 +375,7 @@ def test_tuning_steps_chains_and_processes_are_all_composed(normal_model, cores)
 def test_sample_reports_every_release_of_the_plan(normal_model):
     chains, tune, draws = 2, 15, 10
     idata = pymc_penalty.sample(
+        method="penalty",
         epsilon=1.0,
         delta=1e-5,
         draws=draws,
@@ -412,6 +413,7 @@ def test_sample_reports_every_release_of_the_plan(normal_model):
 def test_published_result_holds_no_data(logistic):
     model, X = logistic
     idata = pymc_penalty.sample(
+        method="penalty",
         epsilon=2.0,
         delta=1e-5,
         draws=10,
@@ -455,6 +457,7 @@ def test_the_leak_finder_sees_the_raw_pm_sample_result(logistic):
 def test_keep_data_keeps_the_data_and_says_so(logistic):
     model, X = logistic
     idata = pymc_penalty.sample(
+        method="penalty",
         epsilon=2.0,
         delta=1e-5,
         draws=5,
@@ -478,6 +481,7 @@ def test_exact_log_likelihood_difference_is_not_recoverable(normal_model):
 
     def run():
         idata = pymc_penalty.sample(
+            method="penalty",
             epsilon=5.0,
             delta=1e-5,
             draws=20,
@@ -530,6 +534,7 @@ def test_warnings_logs_and_errors_hold_no_data_values(normal_data, caplog, monke
         warnings.simplefilter("always")
         with pytest.raises(pymc_penalty.PrivateSamplingError) as err:
             pymc_penalty.sample(
+                method="penalty",
                 epsilon=1.0,
                 delta=1e-5,
                 draws=20,
@@ -558,6 +563,7 @@ def test_warnings_logs_and_errors_hold_no_data_values(normal_data, caplog, monke
 def test_noise_is_fresh_by_default_and_reproducible_only_on_request(normal_model):
     def run(**step_kwargs):
         return pymc_penalty.sample(
+            method="penalty",
             epsilon=5.0,
             delta=1e-5,
             draws=15,
@@ -607,6 +613,11 @@ def test_sample_refuses_step_and_callback(normal_model, kwarg, tmp_path):
     value = pm.Metropolis if kwarg == "step" else (lambda trace, draw: None)
     with pytest.raises(ValueError, match=f"`{kwarg}`"):
         pymc_penalty.sample(
-            epsilon=1.0, delta=1e-5, model=normal_model, ledger_path=path, **{kwarg: value}
+            method="penalty",
+            epsilon=1.0,
+            delta=1e-5,
+            model=normal_model,
+            ledger_path=path,
+            **{kwarg: value},
         )
     assert not path.exists() or PrivacyLedger.open(path).spent_mu2 == 0.0

@@ -31,6 +31,7 @@ def _run(data, **kwargs):
         m = pm.Normal("m", 0.0, 5.0)
         pm.Normal("y", m, 1.0, observed=data)
         return pp.sample(
+            method="penalty",
             epsilon=4.0,
             delta=DELTA,
             cores=1,

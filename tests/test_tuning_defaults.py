@@ -48,6 +48,7 @@ def _recorded_run(monkeypatch, step_kwargs=None, **kwargs):
     monkeypatch.setattr(api, "PenaltyMetropolis", Recording)
     with _regression():
         idata = pp.sample(
+            method="penalty",
             epsilon=6.0,
             delta=1e-5,
             draws=100,
@@ -205,7 +206,9 @@ def _normal_mean(n: int):
 def test_pp_sample_resolves_auto_chains_from_the_forecast(n, epsilon, extra, chains):
     kwargs = dict(draws=50, tune=10, cores=1, progressbar=False, compute_convergence_checks=False)
     with _normal_mean(n):
-        idata = pp.sample(epsilon=epsilon, delta=1e-5, random_seed=1, **kwargs, **extra)
+        idata = pp.sample(
+            method="penalty", epsilon=epsilon, delta=1e-5, random_seed=1, **kwargs, **extra
+        )
     assert idata.posterior.sizes["chain"] == chains
     # The report's forecast is for the plan that ran, and the rule reads the 4-chain one.
     if "chains" not in extra and "warm_start" not in extra:
@@ -217,7 +220,7 @@ def test_a_bad_chains_is_refused_naming_auto():
         _normal_mean(300),
         pytest.raises(InvalidArgumentError, match='`chains` must be an integer >= 1 or "auto"'),
     ):
-        pp.sample(epsilon=4.0, delta=1e-5, chains="eight", draws=5, tune=5)
+        pp.sample(method="penalty", epsilon=4.0, delta=1e-5, chains="eight", draws=5, tune=5)
 
 
 def test_auto_warm_start_rule():

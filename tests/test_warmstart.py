@@ -215,7 +215,7 @@ def _gdp_epsilon_closed_form(mu: float, delta: float) -> float:
 def test_report_composes_the_warm_start_with_every_chain_release(model):
     eps, delta, share = 1.0, 1e-5, 0.3
     with model:
-        idata = pp.sample(
+        idata = pp.sample(method="penalty",
             epsilon=eps, delta=delta, draws=30, tune=20, chains=2, cores=1, warm_start=share,
             warm_start_clip=8.0, random_seed=1, discard_tuned_samples=False, **QUIET,
         )  # fmt: skip
@@ -247,7 +247,7 @@ def test_chains_start_at_the_warm_start_and_constrained_variables_work():
         s = pm.HalfNormal("s", 5.0)
         pm.Normal("y", m, s, observed=data)
     with model:
-        idata = pp.sample(
+        idata = pp.sample(method="penalty",
             epsilon=2.0, delta=1e-5, draws=20, tune=0, chains=1, cores=1, warm_start=0.5,
             warm_start_clip=6.0, random_seed=3, **QUIET,
         )  # fmt: skip
@@ -275,4 +275,6 @@ def test_chains_start_at_the_warm_start_and_constrained_variables_work():
 )
 def test_bad_warm_start_arguments_are_named(model, kwargs, argument):
     with model, pytest.raises(ValueError, match=f"`{argument}`"):
-        pp.sample(epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, **kwargs, **QUIET)
+        pp.sample(
+            method="penalty", epsilon=1.0, delta=1e-5, draws=5, tune=5, chains=1, **kwargs, **QUIET
+        )

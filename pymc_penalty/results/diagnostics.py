@@ -320,8 +320,8 @@ def epsilon_curve(
     """Compose the per-step ``dp_mu`` cumulatively per chain and over the whole run.
 
     Everything the report counts is in the curve, so its last point is the report's
-    ``dp_epsilon``: the screen of unevaluable rows and the warm start (``total`` starts at
-    them), and the tuning steps, draw by
+    ``dp_epsilon``: the screen of unevaluable rows, the warm start and the Taylor path's
+    one-shot (``total`` starts at them), and the tuning steps, draw by
     draw when their statistics are stored (``discard_tuned_samples=False``), otherwise as one
     lump at draw -1 (their number from the report, their cost the chain's fixed per-step
     ``mu``).
@@ -354,7 +354,7 @@ def epsilon_curve(
         mu = np.concatenate([np.sqrt(costs.tuning_mu2)[:, None], mu], axis=1)
         draws = np.concatenate([[-1], draws])
     cum = compose_mu2(mu, axis=1, cumulative=True)
-    total = costs.screen_mu2 + costs.warm_start_mu2 + np.sum(cum, axis=0)
+    total = costs.screen_mu2 + costs.warm_start_mu2 + costs.taylor_mu2 + np.sum(cum, axis=0)
     idx = np.unique(np.linspace(0, draws.size - 1, min(int(max_points), draws.size)).round())
     idx = idx.astype(int)
     return EpsilonCurve(

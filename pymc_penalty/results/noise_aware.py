@@ -181,6 +181,7 @@ def noise_aware_posterior(
     rng: np.random.Generator,
     var_names: list[str] | None = None,
     index: np.ndarray | None = None,
+    allow_data: bool = False,
 ) -> az.InferenceData:
     """Integrate the Taylor release's one-shot noise out of a chain's posterior draws.
 
@@ -220,6 +221,9 @@ def noise_aware_posterior(
         The coordinates of ``x`` the released model lives on (``k`` of them), whitened there
         by ``L``: ``u = L^-1 (x - t)[index]``; the rest of ``x`` follows through the draws'
         joint covariance. None: every coordinate.
+    allow_data : bool, default False
+        Recompute data-dependent Deterministics too (reading the data without noise: only
+        for a result that keeps its data and is not private, ``pp.sample(keep_data=True)``).
 
     Returns
     -------
@@ -304,7 +308,7 @@ def noise_aware_posterior(
         [(out, rep) for out, rep in zip(outputs, replaced, strict=True)],
     )
     leaky_maps = _data_dependent(model, free_names, [(g,) for g in forward_graphs])
-    if leaky or leaky_maps:
+    if (leaky or leaky_maps) and not allow_data:
         raise ValueError(
             f"`var_names` entries {leaky} (or the transforms of {leaky_maps}) depend on data: "
             "recomputing them at the noise-aware draws would use the data without noise. "

@@ -30,6 +30,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pytensor.graph.replace import vectorize_graph
 
 from pymc_penalty.model.checks import data_sources, depends_on_data, n_datapoints
+from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR
 from pymc_penalty.results.report import sampled_model
 from pymc_penalty.sampling.step import PROPOSAL_STAT
 
@@ -257,6 +258,13 @@ def recycled_terms(
         If the statistics are missing, a variable depends on data, or the recorded proposals
         do not match the model.
     """
+    if idata.posterior.attrs.get(NOISE_AWARE_ATTR):
+        raise ValueError(
+            "Waste recycling needs the chain's own draws beside its proposals; this result's "
+            "posterior is the Taylor path's noise-aware draws (the chain's are in "
+            "`posterior_tilted` and target the posterior tilted by the one-shot noise). Use "
+            "the posterior's plain means, or method='penalty' to recycle."
+        )
     model = sampled_model(idata, model)  # works outside the model's context
     if "sample_stats" not in idata.groups() or PROPOSAL_STAT not in idata.sample_stats:
         raise ValueError(

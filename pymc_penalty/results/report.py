@@ -25,6 +25,7 @@ __all__ = [
     "REPORT_KEYS",
     "attach_report",
     "build_report",
+    "remember_model",
     "sampled_model",
     "strip_data",
 ]
@@ -254,7 +255,8 @@ def strip_data(idata: az.InferenceData, model: pm.Model, report: dict[str, Any])
 _SAMPLED_MODELS: dict[int, pm.Model] = {}
 
 
-def _remember_model(idata: az.InferenceData, model: pm.Model) -> None:
+def remember_model(idata: az.InferenceData, model: pm.Model) -> None:
+    """Register ``model`` as the one ``idata`` was sampled from (for :func:`sampled_model`)."""
     key = id(idata)
     if key not in _SAMPLED_MODELS:
         weakref.finalize(idata, _SAMPLED_MODELS.pop, key, None)
@@ -317,7 +319,7 @@ def attach_report(
         The same object.
     """
     model = pm.modelcontext(model)
-    _remember_model(idata, model)
+    remember_model(idata, model)
     removed: list[str] = [] if keep_data else strip_data(idata, model, report)
     per_chain = list(report.get("dp_releases_per_chain", []))
     account = _trim_unreleased(idata, per_chain) if trim else {"dp_trimmed_draws": 0}
