@@ -22,8 +22,10 @@ so the coverage of the true parameter by the 90% interval is meaningful:
 Methods (a registry: :func:`register_method` adds one by name):
 
 - ``pp_sample``: ``pp.sample(epsilon=, delta=, model=)``, every other argument at its default
-  (``random_seed``, ``cores=1`` and ``progressbar=False`` aside);
+  (``random_seed``, ``cores=1`` and ``progressbar=False`` aside; ``method="auto"``, the
+  Taylor path on these models, since 2026-11-27; before, the plain penalty walk);
 - ``taylor``: the same with ``method="taylor"`` (the Taylor control-variate path);
+- ``penalty``: the same with ``method="penalty"`` (the plain penalty walk);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
   ``idata = pm.sample(step=step)`` at pm.sample's defaults (``cores=1``, so 2 chains), then
   ``pp.finalize(idata, step)``;
@@ -296,18 +298,28 @@ def run_pp_sample(ds: Dataset, epsilon: float, seed: int, quick: bool):
     return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
 
 
-@register_method("taylor")
-def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
-    """``pp.sample(epsilon=, delta=, method="taylor")``, otherwise as ``pp_sample``."""
+def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str):
     import pymc_penalty as pp
 
     model = build_model(ds)
     extra = {"draws": QUICK_DRAWS} if quick else {}
     idata = pp.sample(
         epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
-        progressbar=False, method="taylor", **extra,
+        progressbar=False, method=method, **extra,
     )  # fmt: skip
     return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
+
+
+@register_method("taylor")
+def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``pp.sample(epsilon=, delta=, method="taylor")``, otherwise as ``pp_sample``."""
+    return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
+@register_method("penalty")
+def run_penalty(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``pp.sample(epsilon=, delta=, method="penalty")``: the plain penalty walk."""
+    return _run_method(ds, epsilon, seed, quick, "penalty")
 
 
 @register_method("step")
