@@ -139,7 +139,9 @@ def run_defaults(
         r_hat_max=round(float(idata.attrs["dp_r_hat_max"]), 3),
         ess_bulk_min=round(float(idata.attrs["dp_ess_bulk_min"]), 1),
         epsilon_spent=round(float(idata.attrs["dp_epsilon"]), 4),
-        final_clip=[round(float(c), 5) for c in idata.sample_stats["dp_clip"].values[:, -1]],
+        final_clip=[round(float(c), 5) for c in idata.sample_stats["dp_clip"].values[:, -1]]
+        if "dp_clip" in idata.sample_stats
+        else [round(float(idata.attrs.get("dp_taylor_residual_clip", float("nan"))), 8)],
         noise_sd=round(float(np.median(idata.sample_stats["dp_noise_sd"].values)), 3),
         accept=round(float(np.mean(idata.sample_stats["accept"].values)), 3),
         tune=int(idata.attrs.get("dp_tune", s.tune or 0)),

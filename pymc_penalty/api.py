@@ -318,7 +318,7 @@ def sample(
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
-        skip = ("pm_sample_kwargs", "backend", "parties")
+        skip = ("pm_sample_kwargs", "backend", "parties", "method", "taylor_tune")
         return from_pp_sample({k: v for k, v in args.items() if k not in skip})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(

@@ -317,13 +317,14 @@ def check_model_suite(res: dict) -> None:
     import csv
 
     cells = {c["method"]: c for c in res["cells"]}
-    assert set(cells) == {"nuts", "pp_sample", "step", "nss"} and res["errors"] == 0, cells
+    expected = {"nuts", "pp_sample", "step", "nss", "taylor", "penalty"}
+    assert set(cells) == expected and res["errors"] == 0, cells
     for c in cells.values():
         # Quick mode: one linear data set, n = 2000, epsilon 6 (4 parameters, all covered).
         assert (c["model"], c["n"], c["datasets"], c["failed"]) == ("linear", 2000, 1, 0), c
         assert 0.0 <= c["coverage"] <= 1.0 and c["sd_ratio_min"] <= c["sd_ratio"], c
     assert cells["nuts"]["rms"] == 0.0 and cells["nuts"]["sd_ratio"] == pytest.approx(1.0)
-    for method in ("pp_sample", "step"):  # the report's verdict is read; the spend is capped
+    for method in ("pp_sample", "step", "taylor", "penalty"):  # verdict read; spend capped
         assert 0.0 <= cells[method]["converged"] <= 1.0
         assert 0.0 < cells[method]["eps_spent"] <= 6.0 * (1 + 1e-9)
     # The one-shot release spends the whole budget once; it has no chain to judge.

@@ -103,7 +103,7 @@ def test_sample_passes_the_warm_starts_tail_to_the_step(monkeypatch):
     monkeypatch.setattr(sample_plan, "clip_tail", recording_tail)  # warm_step_kwargs' rule
     kwargs = dict(epsilon=4.0, delta=1e-5, draws=20, tune=10, chains=1, random_seed=2)
     with _poisson():
-        idata = pp.sample(discard_tuned_samples=False, **kwargs, **QUIET)
+        idata = pp.sample(method="penalty", discard_tuned_samples=False, **kwargs, **QUIET)
     assert seen["tail"] == sample_plan.clip_tail(seen["warm"])
     first_clip = float(idata.warmup_sample_stats["dp_clip"].values[0, 0])
     gaussian = starting_clip(2000, clip_target_fraction(2000))
@@ -111,7 +111,11 @@ def test_sample_passes_the_warm_starts_tail_to_the_step(monkeypatch):
     # Control: a value given in step_kwargs wins over the rule.
     with _poisson():
         idata = pp.sample(
-            discard_tuned_samples=False, step_kwargs={"clip_tail": 1.0}, **kwargs, **QUIET
+            method="penalty",
+            discard_tuned_samples=False,
+            step_kwargs={"clip_tail": 1.0},
+            **kwargs,
+            **QUIET,
         )
     assert float(idata.warmup_sample_stats["dp_clip"].values[0, 0]) == pytest.approx(
         gaussian, rel=1e-12

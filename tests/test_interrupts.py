@@ -43,7 +43,8 @@ CHILD = textwrap.dedent(
         beta = pm.Normal("beta", 0.0, 2.0, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
     idata = pp.sample(
-        epsilon={EPS}, delta={DELTA}, draws={PLAN.draws}, tune={PLAN.tune}, chains={PLAN.chains},
+        method="penalty", epsilon={EPS}, delta={DELTA}, draws={PLAN.draws}, tune={PLAN.tune},
+        chains={PLAN.chains},
         cores=int(sys.argv[1]), ledger_path=sys.argv[2], progressbar=True,
         compute_convergence_checks=False, model=model,
     )

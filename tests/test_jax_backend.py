@@ -45,7 +45,7 @@ def _normal_mean(y: np.ndarray) -> pm.Model:
 def _sample(y: np.ndarray, backend: str, **kwargs) -> az.InferenceData:
     with _normal_mean(y), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pp.sample(**{**RUN, **kwargs}, backend=backend)
+        return pp.sample(**{**RUN, **kwargs}, backend=backend, method="penalty")
 
 
 def _agree(a: az.InferenceData, b: az.InferenceData, z: float = 4.0) -> bool:

@@ -529,7 +529,7 @@ def test_validate_model_refuses_near_n_outputs_only_under_add_remove():
 # --- add/remove-one: a full published result, n against n + 1 -------------------------------
 
 
-def _published(n: int):
+def _published(n: int, method: str = "penalty"):
     x = np.resize(X, n)
     y = np.resize(Y, n)
     groups = np.resize(np.array(["north", "south", "east"]), n)
@@ -547,9 +547,10 @@ def _published(n: int):
             # clip_tail pinned at 1: the found clip's start is compared below with the one
             # the released count gives (its factor from the warm start's found clip, also
             # released, is tested in test_clip_tail.py).
+            extra = {"step_kwargs": {"clip_tail": 1.0}} if method == "penalty" else {}
             idata = pp.sample(
                 epsilon=2.0, delta=1e-5, draws=20, tune=20, chains=1, neighbours="add_remove",
-                random_seed=3, step_kwargs={"clip_tail": 1.0}, **QUIET,
+                random_seed=3, method=method, **extra, **QUIET,
             )  # fmt: skip
     return idata, y, labels
 
@@ -606,6 +607,41 @@ def test_add_remove_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data(
     for ra, rb in zip(rows_a, rows_b, strict=True):
         if ra[1] in fixed:
             assert ra == rb
+
+
+@pytest.mark.slow
+def test_add_remove_taylor_result_has_the_same_layout_for_n_and_n_plus_one_and_no_data():
+    """The Taylor path (the default) under add/remove-one: the same groups, sizes, coordinates
+    and report keys for n = 40 and 41; every key that is not a released (noisy) value or its
+    function is equal; no observation and no data label in the result or its report."""
+    a, y_a, labels = _published(40, "taylor")
+    b, _, _ = _published(41, "taylor")
+    assert a.attrs["dp_method"] == b.attrs["dp_method"] == "taylor"
+    for group in a.groups():
+        ds_a, ds_b = getattr(a, group), getattr(b, group)
+        assert sorted(ds_a.data_vars) == sorted(ds_b.data_vars), group
+        assert dict(ds_a.sizes) == dict(ds_b.sizes), group
+        assert sorted(ds_a.coords) == sorted(ds_b.coords), group
+    noisy = {
+        "dp_clipped_fraction", "dp_clipped_count", "dp_unevaluable_rows", "dp_convergence",
+        "dp_r_hat_max", "dp_ess_bulk_min", "dp_epsilon", "dp_mu_spent", "dp_epsilon_spent",
+        # released clips and what they set (the noise sds), from noisy histograms
+        "dp_taylor_clip_g", "dp_taylor_clip_h", "dp_taylor_residual_clip",
+        "dp_taylor_noise_sd_g", "dp_taylor_noise_sd_h",
+    }  # fmt: skip
+    assert set(a.attrs) == set(b.attrs)
+    for key in sorted(k for k in a.attrs if k.startswith("dp_") and k not in noisy):
+        va, vb = a.attrs[key], b.attrs[key]
+        if isinstance(va, float) and isinstance(vb, float) and math.isnan(va):
+            assert math.isnan(vb), key
+        else:
+            assert va == vb, key
+    text = a.to_dict().__repr__() + str(pp.report(a))
+    assert not leaked_strings(text, y_a)
+    assert not any(label in text for label in labels)
+    rows_a = [(t, label) for t, rows in pp.report(a).sections for label, _ in rows]
+    rows_b = [(t, label) for t, rows in pp.report(b).sections for label, _ in rows]
+    assert rows_a == rows_b
 
 
 # --- clip="auto": every input of the adaptation is released ---------------------------------

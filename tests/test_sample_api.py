@@ -74,6 +74,7 @@ def fail_after(monkeypatch, calls: int) -> None:
 def test_report_has_every_key_and_survives_netcdf(model, neighbours, tmp_path):
     chains, tune, draws = 2, 10, 10
     idata = pymc_penalty.sample(
+        method="penalty",
         epsilon=EPS,
         delta=DELTA,
         draws=draws,

@@ -185,9 +185,9 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
     def describe_sensitivity(self) -> str:
         """The bound in words, for the report (no data)."""
         return (
-            f"Taylor residual (order {self.taylor.order}): B = {self.clip:g} * "
-            "max(||u||, ||u'||, 1)^order * ||u' - u||_2 (u: the likelihood's coordinates "
-            "whitened at the warm start's point)"
+            f"Taylor residual (order {self.taylor.order}): B = r * max(||u||, ||u'||, 1)^order "
+            "* ||u' - u||_2 (u: the likelihood's coordinates whitened at the warm start's "
+            "point; r released: dp_taylor_residual_clip)"
         )
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
