@@ -283,22 +283,14 @@ def release_packed_sums(
     relation: Relation = "substitute",
 ) -> TaylorRelease:
     """:func:`release_sums` for packed coefficients (:func:`clip_packed_rows`)."""
-    if mu_G <= 0.0:
-        raise ValueError("mu_G must be positive")
     coef = np.asarray(coef, dtype=float)
-    dG, dH = oneshot_sensitivities(c_g, c_H, relation)
-    sd_G = dG / mu_G
-    G_rel = coef[:, :d].sum(axis=0) + rng.normal(0.0, sd_G, size=d)
-    if c_H is None or coef.shape[1] == d:
-        return TaylorRelease(G_rel, None, sd_G, 0.0, mu_G**2)
-    if mu_H <= 0.0:
-        raise ValueError("mu_H must be positive for a second-order release")
-    j, k = packed_index(d)
-    H = np.zeros((d, d))
-    H[j, k] = coef[:, d:].sum(axis=0)
-    H = H + np.triu(H, 1).T
-    sd_H = dH / mu_H
-    return TaylorRelease(G_rel, H + symmetric_noise(d, sd_H, rng), sd_G, sd_H, mu_G**2 + mu_H**2)
+    G, H = coef[:, :d].sum(axis=0), None
+    if c_H is not None and coef.shape[1] > d:
+        j, k = packed_index(d)
+        H = np.zeros((d, d))
+        H[j, k] = coef[:, d:].sum(axis=0)
+        H = H + np.triu(H, 1).T
+    return _noisy_sums(G, H, c_g, c_H, mu_G, mu_H, rng, relation)
 
 
 def oneshot_sensitivities(
@@ -353,9 +345,24 @@ def release_sums(
     -------
     TaylorRelease
     """
+    G, H = rows.sums()
+    return _noisy_sums(G, H, c_g, c_H, mu_G, mu_H, rng, relation)
+
+
+def _noisy_sums(
+    G: np.ndarray,
+    H: np.ndarray | None,
+    c_g: float,
+    c_H: float | None,
+    mu_G: float,
+    mu_H: float,
+    rng: np.random.Generator,
+    relation: Relation,
+) -> TaylorRelease:
+    """The exact clipped sums ``(G, H)`` with their Gaussian noise (one place for both
+    storage forms)."""
     if mu_G <= 0.0:
         raise ValueError("mu_G must be positive")
-    G, H = rows.sums()
     dG, dH = oneshot_sensitivities(c_g, c_H, relation)
     sd_G = dG / mu_G
     d = G.shape[0]
