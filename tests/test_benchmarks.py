@@ -341,6 +341,17 @@ def check_model_suite(res: dict) -> None:
         assert c["coverage"] == pytest.approx(int(r["covered"]) / int(r["n_covered"])), method
 
 
+def check_taylor_cost(res: dict) -> None:
+    # quick mode: n = 2000, one data set, 4 moves per model
+    assert res["n"] == 2000 and set(res["models"]) == {"logistic", "poisson"}
+    for name, m in res["models"].items():
+        assert m["moves"] == 4 and 0.0 < m["min"] <= m["median"] <= m["max"], (name, m)
+    # the residual is cheaper than the whole difference (seeded run: about 10x on logistic
+    # and 2x on Poisson rows at n = 2000; 5.6e4x and 8x at n = 1e4, docs/algorithm.md)
+    assert res["models"]["logistic"]["median"] > 3.0, res
+    assert res["models"]["poisson"]["median"] > 1.0, res
+
+
 def check_taylor_prototype(res: dict) -> None:
     cells = res["cells"]
     assert res["order"] == 2 and res["steps"] == 600
@@ -364,6 +375,7 @@ def check_taylor_prototype(res: dict) -> None:
 
 
 CHECKS = {
+    "taylor_cost": check_taylor_cost,
     "taylor_prototype": check_taylor_prototype,
     "defaults_seeds": check_defaults_seeds,
     "peer_probe": check_peer_probe,
