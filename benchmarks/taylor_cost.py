@@ -41,7 +41,7 @@ from pymc_penalty.model.screen import SCREEN_SHARE  # noqa: E402
 from pymc_penalty.planning.plan import AUTO_WARM_START_SHARE  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 from pymc_penalty.warmstart import prepare_warm_start, private_warm_start  # noqa: E402
-from pymc_penalty.warmstart.taylor import TAYLOR_SHARE, control_rows, taylor_oneshot  # noqa: E402
+from pymc_penalty.warmstart.taylor import TAYLOR_SHARE, taylor_oneshot  # noqa: E402
 
 EPSILON, DELTA, QUANTILE = 2.0, 1e-5, 0.999
 
@@ -63,7 +63,7 @@ def measure(model_name: str, n: int, index: int, moves: int, seed: int) -> list[
         target, warm, mu=math.sqrt(rest * TAYLOR_SHARE), ledger=ledger, noise_rng=noise
     )
     lik, rows = target.likelihood, target.n
-    models = control_rows(taylor.control, taylor.order)
+    models = taylor.control.values
     chol = np.linalg.cholesky(taylor.covariance)
     d = chol.shape[0]
     public = np.random.default_rng([7, index])  # the moves: public points

@@ -139,9 +139,10 @@ def taylor_posterior(
             index=taylor.index,
             allow_data=keep_data,
         )
-    except ValueError as exc:
+    except ValueError:  # its text is not quoted: only the package's own words leave
         warnings.warn(
-            f"The one-shot noise could not be integrated out of the chains' draws ({exc}). The "
+            "The one-shot noise could not be integrated out of the chains' draws (too few "
+            "draws, or a chain that did not move: their covariance is singular). The "
             "posterior is the chains' own, which targets the posterior tilted by that noise: "
             "its intervals are too narrow by about the report's dp_taylor_noise_sd_g (in "
             "posterior sds). Run longer chains.",

@@ -17,7 +17,7 @@ from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.sampling.taylor import RESIDUAL_FLOOR, TaylorModel, TaylorPenaltyMetropolis
 from pymc_penalty.warmstart import WarmStart, prepare_warm_start
-from pymc_penalty.warmstart.taylor import ONESHOT_SHARES, control_rows, taylor_oneshot
+from pymc_penalty.warmstart.taylor import ONESHOT_SHARES, taylor_oneshot
 
 
 def _logistic(n: int, seed: int, y_override: tuple[int, float] | None = None) -> pm.Model:
@@ -78,7 +78,7 @@ def test_compiled_residuals_are_the_rows_minus_their_models() -> None:
     plain = PenaltyLikelihood(model, vv, point)
     resid = PenaltyLikelihood(model, vv, point, control=control)
     x0, x1 = np.array([0.25, 0.45]), np.array([0.31, 0.52])
-    m = control_rows(control, 2)
+    m = control.values
     w0, w1 = np.linalg.solve(L, x0 - t), np.linalg.solve(L, x1 - t)
     ll0, _ = plain.initial(x0, n)
     ll1, _ = plain.initial(x1, n)

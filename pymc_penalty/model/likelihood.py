@@ -142,6 +142,12 @@ class RowControl:
             raise ValueError(f"RowControl: coef needs {d} or {d + d * (d + 1) // 2} columns")
         self.second_order = self.coef.shape[1] > d
 
+    def values(self, w: np.ndarray) -> np.ndarray:
+        """The rows' models at the whitened point ``w`` (NumPy), shape (n,): what
+        :meth:`graph` computes inside the compiled likelihood."""
+        d = self.L.shape[0]
+        return self.coef @ taylor_features(np.asarray(w, dtype=float), d, self.second_order)
+
     def graph(self, flat: pt.TensorVariable) -> pt.TensorVariable:
         """The rows' models at ``flat`` as a graph, shape (n,)."""
         x = pt.cast(flat, "float64")

@@ -430,8 +430,13 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         """
         self._start_step()
         x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        return x1, self._bound_length(x0, x1)
+
+    def _bound_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """The length the clip bound scales by for the move ``x0 -> x1`` (public inputs only;
+        symmetric in the two points). A variant with a bound of its own form overrides it."""
         diff = np.asarray(x1, dtype=np.float64) - x0
-        return x1, step_length(self.clip_mode, diff, self.adapter.chol)
+        return step_length(self.clip_mode, diff, self.adapter.chol)
 
     def _current(self, x0: np.ndarray) -> PenaltyState:
         """The state at ``x0`` from the cache; when the cache holds another state (or other

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
@@ -106,13 +107,17 @@ class TaylorModel:
         diff = np.asarray(x, dtype=np.float64) - self.t
         if self.index is not None:
             diff = diff[self.index]
-        return np.linalg.solve(self.L, diff)
+        return solve_triangular(self.L, diff, lower=True, check_finite=False)
 
     def residual_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """``max(||u||, ||u'||, 1)^order ||u' - u||`` (:meth:`whiten`; public: the two points,
         ``t`` and ``L``). The residual bound is the residual clip times this; symmetric in
         the two points."""
-        return tl.residual_bound(self.whiten(x0), self.whiten(x1), 1.0, self.order, RESIDUAL_FLOOR)
+        return self.residual_length_of(self.whiten(x0), self.whiten(x1))
+
+    def residual_length_of(self, u0: np.ndarray, u1: np.ndarray) -> float:
+        """:meth:`residual_length` of two points already whitened."""
+        return tl.residual_bound(u0, u1, 1.0, self.order, RESIDUAL_FLOOR)
 
     def report(self) -> dict[str, Any]:
         """The report's ``dp_taylor_*`` keys (public values)."""
@@ -190,20 +195,26 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
             "point; r released: dp_taylor_residual_clip)"
         )
 
-    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
-        """The proposal and its residual length ``max(||w||, ||w'||, 1)^order ||w' - w||``
-        (public: the two points and the public ``t``, ``L``)."""
-        x1, _ = super()._propose(x0)
-        return x1, self.taylor.residual_length(x0, x1)
+    def _bound_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """The residual length ``max(||u||, ||u'||, 1)^order ||u' - u||`` (public: the two
+        points and the public ``t``, ``L``)."""
+        return self.taylor.residual_length_of(*self._whitened(x0, x1))
+
+    def _whitened(self, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(u, u')`` of a move, whitened once per step: the bound and the release read the
+        same two points (kept by identity; any other pair is whitened afresh)."""
+        kept = getattr(self, "_last_move", None)
+        if kept is not None and kept[0] is x0 and kept[1] is x1:
+            return kept[2], kept[3]
+        u0, u1 = self.taylor.whiten(x0), self.taylor.whiten(x1)
+        self._last_move = (x0, x1, u0, u1)
+        return u0, u1
 
     def _release_sum(
         self, state: PenaltyState, x1: np.ndarray, bound: float, sigma: float, count_sd: float
     ) -> Release:
         """The clipped residual sum with noise, plus the released model's difference."""
         out = super()._release_sum(state, x1, bound, sigma, count_sd)
-        current = state if out.current is None else out.current
+        u0, u1 = self._whitened(state.position, x1)
         model = self.taylor.release
-        d_model = model.model(self.taylor.whiten(x1)) - model.model(
-            self.taylor.whiten(current.position)
-        )
-        return out._replace(d_hat=out.d_hat + d_model)
+        return out._replace(d_hat=out.d_hat + model.model(u1) - model.model(u0))

@@ -26,7 +26,6 @@ from pymc_penalty.errors import WarmStartRefused
 from pymc_penalty.model.likelihood import (
     RowControl,
     likelihood_coordinates,
-    taylor_features,
 )
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.taylor import clips as tc
@@ -39,7 +38,6 @@ __all__ = [
     "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
     "TAYLOR_TUNE",
-    "control_rows",
     "taylor_oneshot",
 ]
 
@@ -239,18 +237,17 @@ def taylor_oneshot(
     noise = np.random.default_rng() if noise_rng is None else noise_rng
     t = np.asarray(warm.point, dtype=np.float64)
     d = t.size
-    if order == "auto":
-        n_lik = int(likelihood_coordinates(target.model, target.value_vars, target.point).sum())
-        order = 2 if max(n_lik, 1) <= MAX_SECOND_ORDER_DIM else 1
-    if order not in (1, 2):
-        raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
-    L_full = np.linalg.cholesky(warm.covariance)
     # The Taylor model lives on the coordinates the rows read (a hyperparameter only the
     # prior sees gets neither Taylor terms nor their noise).
     index = np.flatnonzero(likelihood_coordinates(target.model, target.value_vars, target.point))
     if index.size == 0:
         index = np.arange(d)
     k = index.size
+    if order == "auto":
+        order = 2 if k <= MAX_SECOND_ORDER_DIM else 1
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
+    L_full = np.linalg.cholesky(warm.covariance)
     L = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
     relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
     n = target.n
@@ -318,7 +315,7 @@ def taylor_oneshot(
     mu_hist_r = charge("hist_r")
     probe = np.random.default_rng([27, d])  # public: fixed probes
     chol = np.linalg.cholesky(cov)
-    features = control_rows(model.control, order)
+    features = model.control.values
     ratio = np.zeros(n)
     lengths = []
     for _ in range(_PROBES):
@@ -347,13 +344,3 @@ def taylor_oneshot(
         releases=int(spent[1]),
         probe_length=float(np.median(lengths)),
     )
-
-
-def control_rows(control: RowControl, order: int):
-    """``w -> m(w)``, the rows' clipped models at ``w`` (NumPy; shape (n,))."""
-    d = control.L.shape[0]
-
-    def models(w: np.ndarray) -> np.ndarray:
-        return control.coef @ taylor_features(np.asarray(w, dtype=float), d, order == 2)
-
-    return models
