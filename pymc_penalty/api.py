@@ -8,7 +8,6 @@ ledger) and ends with the same code as :func:`finalize`, the last step of the lo
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import os
@@ -19,19 +18,18 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.budgeted import (
-    run_taylor_oneshot,
-    run_warm_start,
-    taylor_posterior,
+    run_private_start,
+    screen_before_sampling,
+    screen_report,
+    taylor_step_settings,
     warm_start_report,
 )
 from pymc_penalty.errors import (
     InvalidArgumentError,
     PrivateSamplingError,
     SamplingInterrupted,
-    UnevaluableRowsWarning,
     UnpublishedResultWarning,
 )
 from pymc_penalty.model.checks import (
@@ -40,9 +38,8 @@ from pymc_penalty.model.checks import (
     data_dependent_deterministics,
     n_datapoints,
     rule_rows,
-    validate_model,
 )
-from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
+from pymc_penalty.model.screen import SCREEN_SHARE
 from pymc_penalty.planning.plan import (
     chain_starts,
     phase_report,
@@ -68,10 +65,9 @@ from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.sampling.taylor import (
     TaylorModel,
     TaylorPenaltyMetropolis,
-    noise_limited_clip,
 )
 from pymc_penalty.validation import check_sample_arguments
-from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, prepare_warm_start
+from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart
 from pymc_penalty.warmstart.taylor import TAYLOR_DRAWS, TAYLOR_SHARE, TAYLOR_TUNE
 
 __all__ = ["PrivateSamplingError", "finalize", "sample"]
@@ -98,43 +94,6 @@ def _data_free_reason(exc: BaseException) -> str:
         if reason in text:
             return reason + (" (details withheld)" if "withheld" in text else "")
     return "details withheld, they could quote data values"
-
-
-def _screen_rows(
-    model: pm.Model,
-    available: float,
-    ledger: PrivacyLedger,
-    gate: tuple[bool, int | None],
-    step_kwargs: dict[str, Any] | None,
-    pm_sample_kwargs: dict[str, Any],
-) -> RowScreen:
-    """After the model gate (a model it refuses must spend nothing), spend
-    :data:`~pymc_penalty.model.screen.SCREEN_SHARE` of ``available`` (mu^2) on the noisy count
-    of rows each observed variable cannot evaluate; warn, naming the variable, where it is far
-    above zero. Such rows are clipped, never refused (issue 28)."""
-    add_remove, min_rows = gate
-    validate_model(model, list(model.value_vars), add_remove=add_remove, min_rows=min_rows)
-    noise_rng = None
-    if (step_kwargs or {}).get("reproducible_noise"):
-        noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
-    try:
-        screen = screen_rows(
-            model, mu=math.sqrt(available * SCREEN_SHARE), ledger=ledger, noise_rng=noise_rng
-        )
-    finally:
-        ledger.release_unused()  # the rest of the reservation goes back to the run
-    flagged = flag_unevaluable(screen.counts, screen.noise_sd)
-    if flagged:
-        counts = ", ".join(f"{name!r}: {screen.counts[name]:.0f}" for name in flagged)
-        warnings.warn(
-            f"Observed variables {flagged} have many rows their likelihood cannot evaluate "
-            f"(NaN or infinite values, or values outside the support; released noisy counts "
-            f"{counts}, noise sd {screen.noise_sd:.0f}). Such rows add nothing and count as "
-            "clipped. Check the data's coding and missing values before spending more.",
-            UnevaluableRowsWarning,
-            stacklevel=3,
-        )
-    return screen
 
 
 def sample(
@@ -374,49 +333,30 @@ def sample(
         chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start) * chains_share),
         **plan_args,
     )
+    noise_rng = None
+    if (step_kwargs or {}).get("reproducible_noise"):
+        noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
     # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
-    screen = _screen_rows(
-        model, available, ledger, (add_remove, min_rows), step_kwargs, pm_sample_kwargs
+    screen = screen_before_sampling(
+        model, ledger, add_remove=add_remove, min_rows=min_rows, noise_rng=noise_rng
     )
-    available = available_mu(ledger) ** 2  # what the screen left
     warm: WarmStart | None = None
     taylor: TaylorModel | None = None
     step_kwargs_given = tuple(step_kwargs or ())
     step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
-        noise_rng = None
-        if step_kwargs.get("reproducible_noise"):
-            noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
-        target = None
-        if taylor_path:  # the gate and the compiled likelihood, shared with the one-shot
-            target = prepare_warm_start(
-                model,
-                neighbours=neighbours,
-                compile_kwargs=step_kwargs.get("compile_kwargs"),
-                min_rows=min_rows,
-            )
-        warm = run_warm_start(
+        warm, taylor = run_private_start(
             model,
-            mu=float(np.sqrt(available * warm_start)),
+            share=warm_start,
+            taylor=taylor_path,
             ledger=ledger,
+            neighbours=neighbours,
+            min_rows=min_rows,
             warm_start_clip=warm_start_clip,
             steps=int(warm_start_steps),
-            neighbours=neighbours,
             noise_rng=noise_rng,
             compile_kwargs=step_kwargs.get("compile_kwargs"),
-            min_rows=min_rows,
-            target=target,
         )
-        if taylor_path:  # the one-shot release of the rows' Taylor sums at its point
-            taylor = run_taylor_oneshot(
-                target,
-                warm,
-                mu=math.sqrt(available_mu(ledger) ** 2 * TAYLOR_SHARE),
-                ledger=ledger,
-                noise_rng=noise_rng,
-            )
-            # The chains start and move in the released model's metric (public values).
-            warm = dataclasses.replace(warm, point=taylor.point, covariance=taylor.covariance)
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
             resolved = resolve_plan(
                 chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
@@ -430,16 +370,16 @@ def sample(
     # result is unpublished does not apply here.
     step_class: type[PenaltyMetropolis] = PenaltyMetropolis
     if taylor is not None:
-        if "adapt" not in step_kwargs_given:
-            step_kwargs["adapt"] = "full"
+        taylor, step_kwargs, clip = taylor_step_settings(
+            taylor,
+            step_kwargs,
+            given=step_kwargs_given,
+            clip=clip,
+            step_mu=resolved.step_mu,
+            clip_count_share=float(clip_count_share),
+            neighbours=neighbours,
+        )
         step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
-        step_kwargs.pop("clip_tail", None)  # the residual clip is released, not found
-        if clip == "auto":  # raised to what the chains' noise can carry (public inputs)
-            lik_mu = math.sqrt(likelihood_mu2(resolved.step_mu, 1.0, float(clip_count_share)))
-            taylor = dataclasses.replace(
-                taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
-            )
-            clip = taylor.residual_clip
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
         step = step_class(
@@ -473,9 +413,7 @@ def sample(
     pm_sample_kwargs.setdefault("compute_convergence_checks", False)
     # spent_mu2 is the ledger's total: it includes the warm start's releases.
     warm_report = warm_start_report(warm, warm_start)
-    warm_report.update(
-        dp_screen_mu=screen.mu, dp_unevaluable_rows=float(sum(screen.counts.values()))
-    )
+    warm_report.update(screen_report(screen))
     warm_report.update(phase_report(step, resolved.run))
     warm_report.update(resolved.report)
     warm_report.update(taylor.report() if taylor is not None else {"dp_method": "penalty"})
@@ -518,11 +456,12 @@ def sample(
             f"{budget.delta:g}, {report['dp_releases']} releases).",
             report,
         ) from None  # the original (and a worker's traceback) could quote data values
-    idata = finalize_result(
-        idata, step, callback=callback, model=model, keep_data=keep_data, extra=warm_report
+    return finalize_result(
+        idata,
+        step,
+        callback=callback,
+        model=model,
+        keep_data=keep_data,
+        extra=warm_report,
+        random_seed=pm_sample_kwargs.get("random_seed"),
     )
-    if taylor is not None:  # post-processing of released values: no privacy cost
-        idata = taylor_posterior(
-            idata, model, taylor, pm_sample_kwargs.get("random_seed"), keep_data=keep_data
-        )
-    return idata

@@ -3,18 +3,18 @@
 ``with model: step = pp.PenaltyMetropolis(epsilon=2, delta=1e-5); idata = pm.sample(step=step)``
 must be as good as ``pp.sample`` (issue 29 item 1). The low-level step
 (:class:`pymc_penalty.sampling.step.PenaltyMetropolis`) takes every setting as given; this
-subclass, built in a model context with a budget, first runs the private warm start on its own
-ledger, with ``pp.sample``'s share rule, and hands the step what ``pp.sample`` hands it: a found
-clip in the proposal's metric, the warm start's covariance as the metric with only the scaling
-tuned, the found clip's tail factor, and one start per chain, centred draws from the warm
-start's approximation, which each chain moves to at its first step. It lives above
-:mod:`pymc_penalty.warmstart` and :mod:`pymc_penalty.planning` (the layering:
-``tests/test_layout.py``), next to :mod:`pymc_penalty.api`, which shares
-:func:`run_warm_start` and :func:`warm_start_report` with it.
+subclass, built in a model context with a budget, first runs on its own ledger what
+``pp.sample`` runs before its chains (the screen, the private warm start and, on the Taylor
+path, the one-shot release of the rows' Taylor sums), with ``pp.sample``'s share rules, and
+hands the step what ``pp.sample`` hands it. It lives above :mod:`pymc_penalty.warmstart` and
+:mod:`pymc_penalty.planning` (the layering: ``tests/test_layout.py``), next to
+:mod:`pymc_penalty.api`, which shares :func:`screen_before_sampling`,
+:func:`run_private_start`, :func:`taylor_step_settings` and the report helpers with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import Any
@@ -22,18 +22,22 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import InvalidArgumentError, UtilityWarning
-from pymc_penalty.model.checks import check_min_rows
+from pymc_penalty.accounting.calibration import calibrate
+from pymc_penalty.accounting.gdp import likelihood_mu2
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.errors import InvalidArgumentError, UnevaluableRowsWarning
+from pymc_penalty.model.checks import check_min_rows, validate_model
+from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
 from pymc_penalty.planning.plan import (
     chain_starts,
+    resolve_method,
     resolve_tune,
     resolve_warm_start,
     warm_step_kwargs,
 )
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
-from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR, noise_aware_posterior
-from pymc_penalty.results.report import remember_model
+from pymc_penalty.results.publish import taylor_posterior
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
     SET_BY_SAMPLE,
@@ -41,21 +45,35 @@ from pymc_penalty.sampling.setup import (
     check_step_kwargs,
 )
 from pymc_penalty.sampling.step import PenaltyMetropolis as _Step
-from pymc_penalty.sampling.taylor import TaylorModel
-from pymc_penalty.validation import check_step_arguments, check_warm_start_arguments
+from pymc_penalty.sampling.taylor import (
+    TaylorModel,
+    TaylorPenaltyMetropolis,
+    noise_limited_clip,
+)
+from pymc_penalty.validation import (
+    check_method,
+    check_step_arguments,
+    check_taylor_arguments,
+    check_warm_start_arguments,
+)
 from pymc_penalty.warmstart import (
     WARM_START_STEPS,
     WarmStart,
     WarmStartTarget,
+    prepare_warm_start,
     private_warm_start,
 )
-from pymc_penalty.warmstart.taylor import taylor_oneshot
+from pymc_penalty.warmstart.taylor import TAYLOR_SHARE, TAYLOR_TUNE, taylor_oneshot
 
 __all__ = [
     "PenaltyMetropolis",
+    "run_private_start",
     "run_taylor_oneshot",
     "run_warm_start",
+    "screen_before_sampling",
+    "screen_report",
     "taylor_posterior",
+    "taylor_step_settings",
     "warm_start_report",
 ]
 
@@ -110,50 +128,127 @@ def run_taylor_oneshot(
         ledger.release_unused()
 
 
-def taylor_posterior(
-    idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any, keep_data: bool = False
-) -> Any:
-    """The Taylor path's published posterior: the chain's draws with the one-shot noise
-    integrated out (:func:`~pymc_penalty.results.noise_aware.noise_aware_posterior`), the
-    raw chain's draws (the tilted target's) kept as ``posterior_tilted``. Post-processing of
-    released values and the release's public noise law: no privacy cost.
-
-    Where the chain's draws cannot give the tilted posterior's Gaussian approximation (too
-    few draws, a stuck chain: a singular covariance) the result keeps the chain's draws as its
-    posterior (``dp_noise_aware`` 0) and warns (:class:`~pymc_penalty.UtilityWarning`): its
-    intervals then leave the one-shot noise out. The budget is spent by then; failing would
-    lose it.
-    """
-    seed = _seed(random_seed)
-    rng = np.random.default_rng(None if seed is None else [seed, 0x7A7])
+def screen_before_sampling(
+    model: pm.Model,
+    ledger: Any,
+    *,
+    add_remove: bool,
+    min_rows: int | None,
+    noise_rng: np.random.Generator | None,
+    stacklevel: int = 3,
+) -> RowScreen:
+    """The run's first spend, after the model gate (a model it refuses spends nothing):
+    :data:`~pymc_penalty.model.screen.SCREEN_SHARE` of the ledger's ``mu^2`` on the noisy
+    count of rows each observed variable cannot evaluate; warn
+    (:class:`~pymc_penalty.UnevaluableRowsWarning`), naming the variable, where it is far
+    above zero. Such rows are clipped, never refused (issue 28). ``pymc_penalty.sample``
+    and a budgeted step both run it."""
+    validate_model(model, list(model.value_vars), add_remove=add_remove, min_rows=min_rows)
     try:
-        out = noise_aware_posterior(
-            idata,
+        screen = screen_rows(
             model,
-            t=taylor.t,
-            L=taylor.L,
-            sd_G=taylor.release.sd_G,
-            sd_H=taylor.release.sd_H,
-            rng=rng,
-            var_names=list(idata.posterior.data_vars),
-            index=taylor.index,
-            allow_data=keep_data,
+            mu=math.sqrt(available_mu(ledger) ** 2 * SCREEN_SHARE),
+            ledger=ledger,
+            noise_rng=noise_rng,
         )
-    except ValueError:  # its text is not quoted: only the package's own words leave
+    finally:
+        ledger.release_unused()  # the rest of the reservation goes back to the run
+    flagged = flag_unevaluable(screen.counts, screen.noise_sd)
+    if flagged:
+        counts = ", ".join(f"{name!r}: {screen.counts[name]:.0f}" for name in flagged)
         warnings.warn(
-            "The one-shot noise could not be integrated out of the chains' draws (too few "
-            "draws, or a chain that did not move: their covariance is singular). The "
-            "posterior is the chains' own, which targets the posterior tilted by that noise: "
-            "its intervals are too narrow by about the report's dp_taylor_noise_sd_g (in "
-            "posterior sds). Run longer chains.",
-            UtilityWarning,
-            stacklevel=3,
+            f"Observed variables {flagged} have many rows their likelihood cannot evaluate "
+            f"(NaN or infinite values, or values outside the support; released noisy counts "
+            f"{counts}, noise sd {screen.noise_sd:.0f}). Such rows add nothing and count as "
+            "clipped. Check the data's coding and missing values before spending more.",
+            UnevaluableRowsWarning,
+            stacklevel=stacklevel,
         )
-        idata.posterior.attrs[NOISE_AWARE_ATTR] = 0
-        return idata
-    out.add_groups({"posterior_tilted": idata.posterior})
-    remember_model(out, model)  # the result's functions find its model, as pp.sample's do
-    return out
+    return screen
+
+
+def screen_report(screen: RowScreen | None) -> dict[str, Any]:
+    """The report's ``dp_screen_mu`` and ``dp_unevaluable_rows`` keys."""
+    if screen is None:
+        return {"dp_screen_mu": 0.0, "dp_unevaluable_rows": float("nan")}
+    return {"dp_screen_mu": screen.mu, "dp_unevaluable_rows": float(sum(screen.counts.values()))}
+
+
+def run_private_start(
+    model: pm.Model,
+    *,
+    share: float,
+    taylor: bool,
+    ledger: Any,
+    neighbours: str,
+    min_rows: int | None,
+    warm_start_clip: float | None,
+    steps: int,
+    noise_rng: np.random.Generator | None,
+    compile_kwargs: dict[str, Any] | None,
+) -> tuple[WarmStart, TaylorModel | None]:
+    """The private warm start on ``share`` of what the ledger has left and, with ``taylor``,
+    the one-shot release of the rows' Taylor sums at its point on
+    :data:`~pymc_penalty.warmstart.taylor.TAYLOR_SHARE` of what it leaves. With the Taylor
+    model the returned warm start's point and covariance are the released model's (the
+    chains start and move in its metric: public values)."""
+    target = None
+    if taylor:  # the gate and the compiled likelihood, shared with the one-shot
+        target = prepare_warm_start(
+            model, neighbours=neighbours, compile_kwargs=compile_kwargs, min_rows=min_rows
+        )
+    warm = run_warm_start(
+        model,
+        mu=math.sqrt(available_mu(ledger) ** 2 * share),
+        ledger=ledger,
+        warm_start_clip=warm_start_clip,
+        steps=int(steps),
+        neighbours=neighbours,
+        noise_rng=noise_rng,
+        compile_kwargs=compile_kwargs,
+        min_rows=min_rows,
+        target=target,
+    )
+    if not taylor:
+        return warm, None
+    model_release = run_taylor_oneshot(
+        target,
+        warm,
+        mu=math.sqrt(available_mu(ledger) ** 2 * TAYLOR_SHARE),
+        ledger=ledger,
+        noise_rng=noise_rng,
+    )
+    warm = dataclasses.replace(warm, point=model_release.point, covariance=model_release.covariance)
+    return warm, model_release
+
+
+def taylor_step_settings(
+    taylor: TaylorModel,
+    step_kwargs: dict[str, Any],
+    *,
+    given: tuple[str, ...],
+    clip: Any,
+    step_mu: float,
+    clip_count_share: float,
+    neighbours: str,
+) -> tuple[TaylorModel, dict[str, Any], Any]:
+    """What the Taylor path's chains run with: the full covariance adapted (unless ``adapt``
+    was ``given``), no found clip's tail factor (the residual clip is released, not found)
+    and, for ``clip="auto"``, the released residual clip raised to what the chains' noise
+    can carry (:func:`~pymc_penalty.sampling.taylor.noise_limited_clip`; public inputs:
+    the per-step ``step_mu``). Returns the model with that clip, the step's arguments and
+    the clip."""
+    kwargs = dict(step_kwargs)
+    if "adapt" not in given:
+        kwargs["adapt"] = "full"
+    kwargs.pop("clip_tail", None)
+    if isinstance(clip, str) and clip == "auto":
+        lik_mu = math.sqrt(likelihood_mu2(step_mu, 1.0, float(clip_count_share)))
+        taylor = dataclasses.replace(
+            taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
+        )
+        clip = taylor.residual_clip
+    return taylor, kwargs, clip
 
 
 def warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -169,40 +264,57 @@ def _seed(rng: Any) -> int | None:
     return int(rng) if isinstance(rng, int | np.integer) else None
 
 
-class PenaltyMetropolis(_Step):
+class PenaltyMetropolis(TaylorPenaltyMetropolis):
     """Metropolis-Hastings with differentially private moves (the penalty algorithm).
 
     Takes every argument of :class:`pymc_penalty.sampling.step.PenaltyMetropolis` (the
-    low-level step, documented there) and three more. With a budget (``epsilon`` and
-    ``delta``) its defaults are :func:`pymc_penalty.sample`'s::
+    low-level step, documented there) and four more. With a budget (``epsilon`` and
+    ``delta``) its defaults are :func:`pymc_penalty.sample`'s, and it runs what
+    ``pymc_penalty.sample`` runs before the chains::
 
         with model:
             step = pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5)
             idata = pm.sample(step=step)
         idata = pp.finalize(idata, step)
 
-    - ``clip="auto"`` with ``clip_mode="metric"``: the clip is found in tuning from released
-      clipped counts, in the proposal's own metric;
-    - ``warm_start="auto"``: when the step is built, before anything else is spent, a
-      private estimate of the posterior mode and covariance
-      (:func:`~pymc_penalty.warmstart.private_warm_start`) spends the share of the ledger's
-      ``mu^2`` that ``pymc_penalty.sample`` gives it
-      (:func:`~pymc_penalty.planning.plan.resolve_warm_start`); the step is calibrated to the
-      rest. Its covariance becomes the proposal metric ``S`` (only the scaling adapts, from
-      ``2.38 / sqrt(d)``) and its found clip the clip's tail factor
-      (:func:`~pymc_penalty.planning.plan.warm_step_kwargs`), and each chain moves at its
-      first step to its own start, a centred draw from the estimate's Gaussian approximation
-      (:func:`~pymc_penalty.planning.plan.chain_starts`): ``pm.sample``'s ``initvals`` are
-      then not used. As in ``pymc_penalty.sample``, each chain then releases only its first
-      ``resolve_tune("auto", draws)`` tuning steps (a tenth of the draws, within [100,
-      1000]; :func:`~pymc_penalty.planning.plan.resolve_tune`): ``pm.sample``'s further
-      tuning steps release nothing and do not move, and the step is calibrated to that
-      shorter run (its ``plan``; ``tune_release_cap``). The report of
-      :func:`pymc_penalty.finalize` includes the warm start (``dp_warm_start_*``).
+    When the step is built, inside the model context and before ``pm.sample`` starts, it
+    spends on its own ledger, in this order:
+
+    1. the screen: the model gate, then a noisy count of the rows each observed variable
+       cannot evaluate (:func:`screen_before_sampling`; such rows are clipped, never
+       refused);
+    2. ``warm_start="auto"``: a private estimate of the posterior mode and covariance
+       (:func:`~pymc_penalty.warmstart.private_warm_start`) on the share of the ledger's
+       ``mu^2`` that ``pymc_penalty.sample`` gives it
+       (:func:`~pymc_penalty.planning.plan.resolve_warm_start`);
+    3. ``method="auto"`` (the Taylor path wherever it applies, as in ``pymc_penalty.sample``:
+       a warm start and ``clip_mode="metric"``): one release of the rows' Taylor sums at
+       the warm start's point (:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot`). The
+       chains then release only each row's clipped residual after that model
+       (:class:`~pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis`), start from the
+       released model's mode and adapt their full covariance from its metric, and
+       :func:`pymc_penalty.finalize` integrates the one-shot noise out of their draws (the
+       raw chain is kept as ``posterior_tilted``). Each chain releases only its first
+       :data:`~pymc_penalty.warmstart.taylor.TAYLOR_TUNE` tuning steps.
+
+    The chains are calibrated to what is left. Each chain moves at its first step to its own
+    start, a centred draw from the estimate's Gaussian approximation
+    (:func:`~pymc_penalty.planning.plan.chain_starts`): ``pm.sample``'s ``initvals`` are then
+    not used. ``pm.sample``'s tuning steps past the released ones release nothing and do
+    not move, and the step is calibrated to that shorter run (its ``plan``;
+    ``tune_release_cap``). On the plain path (``method="penalty"``) the clip is found in
+    tuning from released clipped counts in the proposal's own metric (``clip="auto"``,
+    ``clip_mode="metric"``), the warm start's covariance is the proposal metric ``S``
+    (only the scaling adapts, from ``2.38 / sqrt(d)``) and each chain releases its first
+    ``resolve_tune("auto", draws)`` tuning steps
+    (:func:`~pymc_penalty.planning.plan.resolve_tune`). The report of
+    :func:`pymc_penalty.finalize` includes every phase (``dp_screen_*``,
+    ``dp_warm_start_*``, ``dp_method``, ``dp_taylor_*``).
 
     Without a budget (``mu`` or ``noise_sd`` only) nothing changes: ``clip=1.0``,
-    ``clip_mode="distance"``, no warm start. ``clip=1.0, clip_mode="distance",
-    warm_start=0`` gives a budgeted step the earlier defaults.
+    ``clip_mode="distance"``, no screen, no warm start. ``clip=1.0,
+    clip_mode="distance", warm_start=0`` gives a budgeted step the earlier defaults (with
+    the screen).
 
     Parameters
     ----------
@@ -216,16 +328,20 @@ class PenaltyMetropolis(_Step):
         (:func:`pymc_penalty.warmstart.warm_start_clips`).
     warm_start_steps : int, default 12
         Fisher-scoring steps of the warm start (two releases each).
+    method : {"auto", "taylor", "penalty"}, default "auto"
+        As :func:`pymc_penalty.sample`'s: ``"auto"`` is ``"taylor"`` with a budget, a warm
+        start and ``clip_mode="metric"``, else ``"penalty"`` (the plain penalty walk).
     **kwargs
         The low-level step's arguments (``epsilon``, ``delta``, ``plan``, ``clip``,
         ``clip_mode``, ``S``, ``reproducible_noise``, ``rng``, ...). With
-        ``reproducible_noise=True`` the warm start's noise is seeded from an integer ``rng``.
+        ``reproducible_noise=True`` the screen's, warm start's and one-shot's noise is
+        seeded from an integer ``rng``, as is the noise-aware posterior of ``finalize``.
 
     Raises
     ------
     InvalidArgumentError or ValueError
-        On a bad argument, or a warm start asked for without a budget, before anything is
-        spent.
+        On a bad argument, or a warm start or the Taylor path asked for without a budget,
+        before anything is spent.
     """
 
     def __init__(
@@ -235,57 +351,97 @@ class PenaltyMetropolis(_Step):
         warm_start: float | str = "auto",
         warm_start_clip: float | None = None,
         warm_start_steps: int = WARM_START_STEPS,
+        method: str = "auto",
         **kwargs: Any,
     ) -> None:
         model = pm.modelcontext(kwargs.pop("model", None))
+        given = tuple(kwargs)
         budgeted = kwargs.get("epsilon") is not None or kwargs.get("delta") is not None
         check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
+        check_method(method)
         auto = isinstance(warm_start, str)
         if not budgeted and not (auto or float(warm_start) == 0.0):
             raise InvalidArgumentError(
                 "`warm_start` needs a budget (`epsilon` and `delta`): it spends part of it."
             )
+        if not budgeted and method == "taylor":
+            raise InvalidArgumentError(
+                "method='taylor' needs a budget (`epsilon` and `delta`): its one-shot release "
+                "spends part of it."
+            )
         if budgeted:
             kwargs.setdefault("clip", "auto")
             kwargs.setdefault("clip_mode", "metric")
-        share = 0.0
-        if budgeted:
             neighbours = kwargs.get("neighbours", "substitute")
             share = resolve_warm_start(warm_start, model, {}, None, neighbours)
-        warm = None
-        if share > 0:
-            warm, kwargs = self._warm_start(model, share, warm_start_clip, warm_start_steps, kwargs)
+            if method == "taylor":
+                check_taylor_arguments(
+                    "pymc", kwargs["clip"], kwargs["clip_mode"], warm_start if share else 0, {}
+                )
+            method = resolve_method(
+                method, share, backend="pymc", parties=None, clip_mode=kwargs["clip_mode"]
+            )
+        else:
+            share, method = 0.0, "penalty"
+        self.noise_aware_seed = _seed(kwargs.get("rng"))
+        screen = warm = taylor = None
+        plan = kwargs.get("plan") or DEFAULT_PLAN
         tune_cap = None
+        if budgeted:
+            screen, warm, taylor, kwargs = self._private_start(
+                model, share, method == "taylor", warm_start_clip, warm_start_steps, kwargs
+            )
+            self.other_releases = int(kwargs["ledger"].releases)
         if warm is not None:
-            # pp.sample's tuning after a warm start (a tenth of the draws, within [100,
-            # 1000]): the chains start near the posterior with its metric and tune only the
-            # scaling and the clip. pm.sample's further tuning steps (1000 by default)
-            # release nothing, so their share of the budget goes to the draws.
-            plan = kwargs.get("plan") or DEFAULT_PLAN
-            tune_cap = min(resolve_tune("auto", plan.draws, share), plan.tune)
+            # pp.sample's tuning after a warm start: the Taylor path's chains tune
+            # TAYLOR_TUNE steps; the plain walk's a tenth of the draws, within [100, 1000].
+            # pm.sample's further tuning steps (1000 by default) release nothing, so their
+            # share of the budget goes to the draws.
+            released = (
+                TAYLOR_TUNE if taylor is not None else resolve_tune("auto", plan.draws, share)
+            )
+            tune_cap = min(released, plan.tune)
             kwargs["plan"] = RunPlan(draws=plan.draws, tune=tune_cap, chains=plan.chains)
+        if taylor is not None:
+            step_mu = calibrate(available_mu(kwargs["ledger"]), kwargs["plan"], warn_below=0.0)
+            taylor, kwargs, kwargs["clip"] = taylor_step_settings(
+                taylor,
+                kwargs,
+                given=given,
+                clip=kwargs["clip"],
+                step_mu=step_mu,
+                clip_count_share=kwargs.get("clip_count_share", 0.05),
+                neighbours=kwargs.get("neighbours", "substitute"),
+            )
         # The step's construction warnings point at its caller's caller: one frame up here.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            super().__init__(vars, model=model, **kwargs)
+            super().__init__(vars, taylor=taylor, model=model, **kwargs)
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
         self.tune_release_cap = tune_cap
         if warm is not None:
             self._chain_starts = chain_starts(warm, plan.chains, _seed(kwargs.get("rng")))
-        #: The warm start's report keys, added by :func:`pymc_penalty.finalize`.
-        self.extra_report = warm_start_report(warm, share)
+        #: The screen's, warm start's and one-shot's report keys, added by
+        #: :func:`pymc_penalty.finalize`.
+        self.extra_report = {
+            **warm_start_report(warm, share),
+            **(screen_report(screen) if budgeted else {}),
+            **(taylor.report() if taylor is not None else {"dp_method": "penalty"}),
+        }
 
     @staticmethod
-    def _warm_start(
+    def _private_start(
         model: pm.Model,
         share: float,
+        taylor: bool,
         warm_start_clip: float | None,
         steps: int,
         kwargs: dict[str, Any],
-    ) -> tuple[WarmStart, dict[str, Any]]:
-        """Check every argument, then run the warm start on the step's ledger (made here
-        unless given); the step's arguments with what the warm start sets."""
+    ) -> tuple[RowScreen, WarmStart | None, TaylorModel | None, dict[str, Any]]:
+        """Check every argument, then spend on the step's ledger (made here unless given):
+        the screen, the warm start with ``share``, the one-shot with ``taylor``; the step's
+        arguments with what they set (and the ledger)."""
         get = kwargs.get
         check_step_arguments(
             epsilon=get("epsilon"),
@@ -304,22 +460,31 @@ class PenaltyMetropolis(_Step):
         others = {k: v for k, v in kwargs.items() if k not in SET_BY_SAMPLE}
         check_step_kwargs(others, _Step, size)
         min_rows = check_min_rows(get("min_rows"))
+        neighbours = get("neighbours", "substitute")
         ledger = get("ledger")
         if ledger is None:
             ledger = PrivacyLedger(PrivacyBudget(float(get("epsilon")), float(get("delta"))).mu)
+        kwargs = {**kwargs, "ledger": ledger}
         noise_rng = None
         if get("reproducible_noise"):
             noise_rng = np.random.default_rng(_seed(get("rng")))
-        warm = run_warm_start(
+        add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
+        screen = screen_before_sampling(
+            model, ledger, add_remove=add_remove, min_rows=min_rows, noise_rng=noise_rng,
+            stacklevel=4,
+        )  # fmt: skip
+        if share <= 0:
+            return screen, None, None, kwargs
+        warm, taylor = run_private_start(
             model,
-            mu=math.sqrt(available_mu(ledger) ** 2 * share),
+            share=share,
+            taylor=taylor,
             ledger=ledger,
+            neighbours=neighbours,
+            min_rows=min_rows,
             warm_start_clip=warm_start_clip,
             steps=steps,
-            neighbours=get("neighbours", "substitute"),
             noise_rng=noise_rng,
             compile_kwargs=get("compile_kwargs"),
-            min_rows=min_rows,
         )
-        neighbours = get("neighbours", "substitute")
-        return warm, warm_step_kwargs(warm, neighbours, {**kwargs, "ledger": ledger})
+        return screen, warm, taylor, warm_step_kwargs(warm, neighbours, kwargs)

@@ -41,11 +41,13 @@ __all__ = [
     "check_clip",
     "check_integer",
     "check_ledger",
+    "check_method",
     "check_plan",
     "check_real",
     "check_sample_arguments",
     "check_share",
     "check_step_arguments",
+    "check_taylor_arguments",
 ]
 
 
@@ -280,7 +282,12 @@ def check_warm_start_arguments(
     check_integer("warm_start_steps", warm_start_steps, low=1)
 
 
-def _check_taylor_arguments(
+def check_method(method: Any) -> None:
+    """``method`` of :func:`pymc_penalty.sample` and the budgeted step."""
+    check_choice("method", method, ("auto", "taylor", "penalty"))
+
+
+def check_taylor_arguments(
     backend: Any, clip: Any, clip_mode: Any, warm_start: Any, others: Mapping[str, Any]
 ) -> None:
     """What ``method="taylor"`` cannot be combined with (before anything is spent)."""
@@ -339,9 +346,9 @@ def check_sample_arguments(
         _integer_or_auto("chains", chains, low=1),
     )
     check_choice("backend", backend, ("pymc", "jax"))  # "jax": pymc_penalty.backends.jax.driver
-    check_choice("method", method, ("auto", "taylor", "penalty"))
+    check_method(method)
     if method == "taylor":
-        _check_taylor_arguments(backend, clip, clip_mode, warm_start, others)
+        check_taylor_arguments(backend, clip, clip_mode, warm_start, others)
     _check_enum("neighbours", neighbours, NEIGHBOUR_NAMES)
     check_clip(clip)
     _check_enum("clip_mode", clip_mode, _CLIP_MODES)

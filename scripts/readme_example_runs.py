@@ -1,13 +1,16 @@
 """Run the README's minimal example several times, fresh privacy noise each time (issue 29 item 4).
 
 The example's data and model, exactly as in ``README.md`` ("A minimal example"), sampled with
-``pp.sample(epsilon=2, delta=1e-5, ...)`` by ``--method`` (default both ``taylor`` and
-``penalty``, the README's earlier call ``draws=500, tune=1000, chains=2``), ``--runs`` times;
-NUTS on the same data is the reference. Printed per run: the report's verdict, R-hat, bulk ESS,
+``pp.sample(epsilon=2, delta=1e-5, ...)`` by ``--method`` (``taylor``; ``penalty``, the
+README's earlier call ``draws=500, tune=1000, chains=2``) or, for ``step``, with the README's
+second example, the card usage ``pm.sample(step=pp.PenaltyMetropolis(epsilon=1.0,
+delta=1e-5), compute_convergence_checks=False)`` then ``pp.finalize`` (``cores=1``: 2 chains
+here as on any machine with at most 2 cores), ``--runs`` times; NUTS on the same data is the
+reference. Printed per run: the report's verdict, R-hat, bulk ESS,
 the error of each coefficient's mean in NUTS posterior sd and the sd ratio. The last line is
 ``RESULT {json}`` (verdict counts per method).
 
-Run ``python scripts/readme_example_runs.py [--runs 5] [--method taylor penalty]``.
+Run ``python scripts/readme_example_runs.py [--runs 5] [--method taylor penalty step]``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,16 @@ import pymc_penalty as pp
 CALLS = {
     "taylor": dict(method="taylor", chains=2),
     "penalty": dict(draws=500, tune=1000, chains=2),
+    "step": None,  # the README's second example: the card usage (see run_step)
 }
+
+
+def run_step(model: pm.Model):
+    """The README's second example, ``pm.sample``'s defaults on one core (2 chains)."""
+    with model:
+        step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5)
+        idata = pm.sample(step=step, compute_convergence_checks=False, progressbar=False, cores=1)
+    return pp.finalize(idata, step)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             with model, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                idata = pp.sample(
-                    epsilon=2.0, delta=1e-5, progressbar=False, cores=1, **CALLS[method]
-                )
+                if CALLS[method] is None:
+                    idata = run_step(model)
+                else:
+                    idata = pp.sample(
+                        epsilon=2.0, delta=1e-5, progressbar=False, cores=1, **CALLS[method]
+                    )
             post = idata.posterior["beta"]
             err = (post.mean(("chain", "draw")).values - ref_mean) / ref_sd
             ratio = post.std(("chain", "draw")).values / ref_sd

@@ -15,7 +15,9 @@ import pytest
 from scipy import stats
 
 import pymc_penalty as pp
+from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR
 from pymc_penalty.sampling.step import PenaltyMetropolis as LowLevelStep
+from pymc_penalty.sampling.taylor import TaylorPenaltyMetropolis
 from tests.conftest import posterior_check
 
 N, TRUE_MEAN, PRIOR_SD = 20_000, 3.0, 10.0
@@ -82,19 +84,38 @@ def test_old_defaults_fail_the_same_check():
     assert idata.attrs["dp_clipped_fraction"] > 0.1
 
 
-def test_warm_start_is_charged_first_and_reported():
+def test_every_phase_is_charged_first_and_reported():
     model, _, _ = normal_mean_model()
     idata, step = card_run(model, seed=5, draws=60)
     a = idata.attrs
     assert a["dp_warm_start_mu"] > 0 and a["dp_warm_start_releases"] > 0
     assert a["dp_warm_start_share"] == pytest.approx(0.2)
-    # The ledger's total is the warm start's mu^2 plus every chain release's.
+    # pp.sample's default path: the Taylor one-shot, then the residual chains.
+    assert a["dp_method"] == "taylor" and a["dp_taylor_releases"] > 0
+    assert isinstance(step, TaylorPenaltyMetropolis) and step.taylor is not None
+    assert a["dp_screen_mu"] > 0
+    # The ledger's total is the screen's, the warm start's and the one-shot's mu^2 plus
+    # every chain release's; the chains' releases are the ledger's less those before.
+    before = a["dp_screen_mu"] ** 2 + a["dp_warm_start_mu"] ** 2 + a["dp_taylor_mu"] ** 2
     chains_mu2 = a["dp_releases"] * step.mu**2
-    assert step.ledger.spent_mu2 == pytest.approx(a["dp_warm_start_mu"] ** 2 + chains_mu2)
+    assert step.ledger.spent_mu2 == pytest.approx(before + chains_mu2)
     assert step.ledger.spent_mu2 <= step.budget.mu**2 * (1 + 1e-9)
+    assert a["dp_releases"] == step.ledger.releases - step.other_releases
+    # finalize publishes the noise-aware posterior, the raw chain beside it.
+    assert idata.posterior.attrs[NOISE_AWARE_ATTR] == 1
+    assert "posterior_tilted" in idata.groups()
+    assert step.adapter.chol.shape == (1, 1)
+
+
+def test_plain_path_has_pp_samples_plain_defaults():
+    model, _, _ = normal_mean_model()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", pp.UnpublishedResultWarning)
+        step = pp.PenaltyMetropolis(epsilon=6.0, delta=1e-5, method="penalty")
+    assert step.taylor is None and step.extra_report["dp_method"] == "penalty"
     # The step's defaults are pp.sample's: found clip, metric, warm-start metric and tail.
     assert step.clip_auto and step.clip_mode.name.lower() == "metric"
-    assert step.adapter.chol.shape == (1, 1)
+    assert step.extra_report["dp_warm_start_mu"] > 0
 
 
 def test_each_chain_starts_at_its_own_warm_start_draw():
@@ -136,5 +157,17 @@ def test_bad_input_is_refused_before_anything_is_spent():
             pp.PenaltyMetropolis(mu=0.1, warm_start=0.3)
         with pytest.raises(pp.InvalidArgumentError):
             pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5, ledger=ledger, warm_start=1.5)
+        with pytest.raises(pp.InvalidArgumentError, match="method"):
+            pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5, ledger=ledger, method="newton")
+        with pytest.raises(pp.InvalidArgumentError, match="needs a budget"):
+            pp.PenaltyMetropolis(mu=0.1, method="taylor")
+        with pytest.raises(pp.InvalidArgumentError, match="metric"):
+            pp.PenaltyMetropolis(
+                epsilon=2.0, delta=1e-5, ledger=ledger, method="taylor", clip_mode="distance"
+            )
+        with pytest.raises(pp.InvalidArgumentError, match="warm_start"):
+            pp.PenaltyMetropolis(
+                epsilon=2.0, delta=1e-5, ledger=ledger, method="taylor", warm_start=0
+            )
     assert ledger.spent_mu2 == 0.0
     assert math.isfinite(ledger.spent_mu2)

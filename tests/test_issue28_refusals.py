@@ -19,7 +19,13 @@ import pytest
 import pymc_penalty as pp
 from pymc_penalty.errors import ScreenRefused, UnevaluableRowsWarning
 from pymc_penalty.model.likelihood import clipped_ratio_sum
-from pymc_penalty.model.screen import FAR_ABOVE_ZERO, count_noise_sd, flag_unevaluable, screen_rows
+from pymc_penalty.model.screen import (
+    FAR_ABOVE_ZERO,
+    SCREEN_SHARE,
+    count_noise_sd,
+    flag_unevaluable,
+    screen_rows,
+)
 
 SECRET = 7.3
 
@@ -40,7 +46,7 @@ def _construct(y: np.ndarray, c: float) -> tuple:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 # Without its warm start (whose noisy released values differ run to run):
-                # building the step itself must spend nothing on either side.
+                # building the step spends only the screen's fixed share on either side.
                 step = pp.PenaltyMetropolis(epsilon=1.0, delta=1e-5, warm_start=0)
         except Exception as exc:  # noqa: BLE001 (the old code refused: that is the leak)
             return ("refused", type(exc).__name__, str(exc))
@@ -57,7 +63,9 @@ def test_a_shift_on_either_side_of_the_record_gives_the_same_outcome():
     below, above = _construct(y, SECRET + 0.5 - 1e-6), _construct(y, SECRET + 0.5 + 1e-6)
     assert below[0] == "built"
     assert below == above
-    assert below[-2:] == (0.0, 0)  # and nothing was spent
+    # Only the screen was spent: its fixed share of the budget, one release, on both sides.
+    budget_mu2 = pp.PrivacyBudget(1.0, 1e-5).mu ** 2
+    assert below[-1] == 1 and below[-2] == pytest.approx(SCREEN_SHARE * budget_mu2, rel=1e-9)
 
 
 @pytest.mark.slow

@@ -74,7 +74,9 @@ def test_a_metric_clip_step_samples_and_reports_its_bound():
         m = pm.Normal("m", 0.0, 10.0)
         s = pm.HalfNormal("s", 5.0)
         pm.Normal("y", m, s, observed=y)
-        step = PenaltyMetropolis(epsilon=10.0, delta=1e-5, clip=1.0, clip_mode="metric")
+        step = PenaltyMetropolis(
+            epsilon=10.0, delta=1e-5, clip=1.0, clip_mode="metric", method="penalty"
+        )
         idata = pm.sample(
             draws=200,
             tune=200,

@@ -72,10 +72,13 @@ def test_budgeted_step_spends_at_most_its_budget(model, cores):
     assert 0.0 < step.ledger.spent_mu2 <= budget_mu2 * (1 + 1e-12)
     assert 0.0 < idata.attrs["dp_epsilon"] <= EPS
     assert idata.attrs["dp_epsilon"] == pytest.approx(EPS, abs=1e-6)  # the plan spends it
-    # The ledger also holds the step's own warm start (pp.sample's default, issue 29).
-    warm = idata.attrs["dp_warm_start_releases"]
-    assert warm > 0
-    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases - warm
+    # The ledger also holds the step's own screen, warm start and one-shot (pp.sample's
+    # defaults, issue 29).
+    assert idata.attrs["dp_warm_start_releases"] > 0 and idata.attrs["dp_taylor_releases"] > 0
+    assert step.other_releases == (
+        1 + idata.attrs["dp_warm_start_releases"] + idata.attrs["dp_taylor_releases"]
+    )
+    assert idata.attrs["dp_releases"] == plan.releases == step.ledger.releases - step.other_releases
     assert idata.attrs["dp_releases_per_chain"] == [30, 30]
     assert idata.attrs["dp_trimmed_draws"] == 0
 
@@ -99,7 +102,10 @@ def test_a_run_longer_than_the_plan_is_stopped_by_the_ledger(model):
 def test_the_step_calibrates_through_pp_calibrate(model):
     plan = RunPlan(draws=7, tune=3, chains=3)
     step = _budgeted(model, plan, warm_start=0)
-    expected = pp.calibrate(PrivacyBudget(EPS, DELTA).mu, plan, warn_below=0.0)
+    # Calibrated to what the screen (the first spend, issue 28) left.
+    screened = math.sqrt(PrivacyBudget(EPS, DELTA).mu ** 2 - step.ledger.spent_mu2)
+    assert step.ledger.releases == 1
+    expected = pp.calibrate(screened, plan, warn_below=0.0)
     assert step.mu == pytest.approx(expected, rel=1e-12)
     # With its warm start (the default) the step is calibrated to what the warm start left.
     warm = _budgeted(model, plan)
@@ -110,9 +116,12 @@ def test_the_step_calibrates_through_pp_calibrate(model):
     chains = max(2, min(4, os.cpu_count() or 1))
     default = _budgeted(model, None, warm_start=0)
     assert default.plan == RunPlan(1000, 1000, chains) and default.tune_release_cap is None
-    # After its warm start a chain releases pp.sample's tuning only (issue 29).
+    # After its warm start a chain releases pp.sample's tuning only (issue 29): on the Taylor
+    # path (the default) 500 steps, on the plain walk a tenth of the draws.
     warmed = _budgeted(model, None)
-    assert warmed.plan == RunPlan(1000, 100, chains) and warmed.tune_release_cap == 100
+    assert warmed.plan == RunPlan(1000, 500, chains) and warmed.tune_release_cap == 500
+    plain = _budgeted(model, None, method="penalty")
+    assert plain.plan == RunPlan(1000, 100, chains) and plain.tune_release_cap == 100
 
 
 def test_a_given_ledger_is_used_and_calibrated_to_what_it_has_left(model):

@@ -14,14 +14,21 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_penalty.errors import ClippingWarning, ConvergenceWarning, PlanMismatchWarning
+from pymc_penalty.errors import (
+    ClippingWarning,
+    ConvergenceWarning,
+    PlanMismatchWarning,
+    UtilityWarning,
+)
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.results.diagnostics import ESS_NOTE, R_HAT_NOTE, convergence_verdict
-from pymc_penalty.results.report import attach_report, build_report
+from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR, noise_aware_posterior
+from pymc_penalty.results.report import attach_report, build_report, remember_model
 from pymc_penalty.sampling.step import PenaltyMetropolis
+from pymc_penalty.sampling.taylor import TaylorModel
 
-__all__ = ["finalize", "finalize_result", "step_report"]
+__all__ = ["finalize", "finalize_result", "step_report", "taylor_posterior"]
 
 
 def mean_clipped_fraction(idata: az.InferenceData) -> float:
@@ -93,6 +100,52 @@ def step_report(
     )
 
 
+def taylor_posterior(
+    idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any, keep_data: bool = False
+) -> Any:
+    """The Taylor path's published posterior: the chain's draws with the one-shot noise
+    integrated out (:func:`~pymc_penalty.results.noise_aware.noise_aware_posterior`), the
+    raw chain's draws (the tilted target's) kept as ``posterior_tilted``. Post-processing of
+    released values and the release's public noise law: no privacy cost.
+
+    Where the chain's draws cannot give the tilted posterior's Gaussian approximation (too
+    few draws, a stuck chain: a singular covariance) the result keeps the chain's draws as its
+    posterior (``dp_noise_aware`` 0) and warns (:class:`~pymc_penalty.UtilityWarning`): its
+    intervals then leave the one-shot noise out. The budget is spent by then; failing would
+    lose it.
+    """
+    seed = int(random_seed) if isinstance(random_seed, int | np.integer) else None
+    rng = np.random.default_rng(None if seed is None else [seed, 0x7A7])
+    try:
+        out = noise_aware_posterior(
+            idata,
+            model,
+            t=taylor.t,
+            L=taylor.L,
+            sd_G=taylor.release.sd_G,
+            sd_H=taylor.release.sd_H,
+            rng=rng,
+            var_names=list(idata.posterior.data_vars),
+            index=taylor.index,
+            allow_data=keep_data,
+        )
+    except ValueError:  # its text is not quoted: only the package's own words leave
+        warnings.warn(
+            "The one-shot noise could not be integrated out of the chains' draws (too few "
+            "draws, or a chain that did not move: their covariance is singular). The "
+            "posterior is the chains' own, which targets the posterior tilted by that noise: "
+            "its intervals are too narrow by about the report's dp_taylor_noise_sd_g (in "
+            "posterior sds). Run longer chains.",
+            UtilityWarning,
+            stacklevel=3,
+        )
+        idata.posterior.attrs[NOISE_AWARE_ATTR] = 0
+        return idata
+    out.add_groups({"posterior_tilted": idata.posterior})
+    remember_model(out, model)  # the result's functions find its model, as pp.sample's do
+    return out
+
+
 def finalize_result(
     idata: az.InferenceData,
     step: Any,
@@ -101,7 +154,11 @@ def finalize_result(
     model: pm.Model | None,
     keep_data: bool = False,
     extra: dict[str, Any] | None = None,
+    random_seed: Any = None,
 ) -> az.InferenceData:
+    """:func:`finalize`'s work, shared with :func:`pymc_penalty.sample`: the report, the
+    stripped data, the verdict and, after a step with a released Taylor model, the
+    noise-aware posterior (:func:`taylor_posterior`, seeded by ``random_seed``)."""
     budget = getattr(step, "budget", None)
     if budget is None and callback is not None:
         budget = callback.budget
@@ -129,7 +186,8 @@ def finalize_result(
     if callback is not None:
         callback.check_against_ledger()
     own = getattr(step, "extra_report", None) or {}  # a budgeted step's own warm start
-    others = int(own.get("dp_warm_start_releases", 0))
+    # The ledger's releases no chain made (a budgeted step's screen, warm start, one-shot).
+    others = int(getattr(step, "other_releases", own.get("dp_warm_start_releases", 0)))
     releases = (
         None
         if callback is not None
@@ -144,6 +202,9 @@ def finalize_result(
     warn_plan_mismatch(idata, getattr(step, "plan", None))
     warn_clipping(idata)
     verdict_after_sampling(idata)
+    taylor = getattr(step, "taylor", None)
+    if taylor is not None:  # post-processing of released values: no privacy cost
+        idata = taylor_posterior(idata, model, taylor, random_seed, keep_data=keep_data)
     return idata
 
 
@@ -297,4 +358,5 @@ def finalize(
     PrivacyAccountingError
         If ``callback`` saw releases that cost more than the ledger recorded.
     """
-    return finalize_result(idata, step, callback=callback, model=model)
+    seed = getattr(step, "noise_aware_seed", None)
+    return finalize_result(idata, step, callback=callback, model=model, random_seed=seed)

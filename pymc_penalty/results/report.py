@@ -111,8 +111,9 @@ def _epsilon(mu2: float, delta: float, private: bool) -> float:
 def _describe_sensitivity(step: Any) -> str:
     """How the step bounds the sensitivity, in words (no data)."""
     describe = getattr(step, "describe_sensitivity", None)
-    if callable(describe):  # a step whose bound has its own form (the Taylor path's)
-        return str(describe())
+    text = describe() if callable(describe) else None
+    if text is not None:  # a step whose bound has its own form (the Taylor path's)
+        return str(text)
     if getattr(step, "family", None) is not None:  # the exponential-family step
         return f"sufficient statistic ({step.family}): Delta = {step.sensitivity:g}"
     if step.clip is None:

@@ -14,6 +14,7 @@ is clipped (``docs/algorithm.md``, "Taylor control variates").
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ from pymc_penalty.sampling.kernel import PenaltyState, Release
 from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = [
+    "INDEPENDENT_DF",
+    "INDEPENDENT_SHARE",
     "RESIDUAL_FLOOR",
     "RESIDUAL_NOISE_SD",
     "TaylorModel",
@@ -42,6 +45,17 @@ RESIDUAL_FLOOR = 1.0
 #: covariates, and overestimated its effects by 1-1.5 sd); the noise only slows the chain
 #: (the penalty test stays exact), and a noise sd near 1 costs it little.
 RESIDUAL_NOISE_SD = 1.0
+
+
+#: After tuning, the share of the Taylor step's moves drawn independently from the released
+#: model's Gaussian approximation (a multivariate t, :meth:`TaylorModel.independent_proposal`)
+#: instead of the random walk. A state-independent mixture of two kernels that each leave the
+#: target invariant leaves it invariant; the independent moves' Hastings term is public.
+INDEPENDENT_SHARE = 0.5
+
+#: Degrees of freedom of the independent proposal's multivariate t: tails heavier than the
+#: Gaussian approximation's, so that a target wider than it is still explored.
+INDEPENDENT_DF = 7.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,31 @@ class TaylorModel:
         """:meth:`residual_length` of two points already whitened."""
         return tl.residual_bound(u0, u1, 1.0, self.order, RESIDUAL_FLOOR)
 
+    def independent_proposal(
+        self, rng: np.random.Generator, x0: np.ndarray
+    ) -> tuple[np.ndarray, float]:
+        """A draw ``x1`` from the multivariate t (:data:`INDEPENDENT_DF`) centred at the
+        released model's mode ``point`` with scale ``covariance``, and the Hastings term
+        ``log q(x0) - log q(x1)``. Public: the released model's values and ``rng``."""
+        chol = self._proposal_chol()
+        d = self.point.size
+        z = rng.standard_normal(d)
+        w = rng.chisquare(INDEPENDENT_DF) / INDEPENDENT_DF
+        x1 = self.point + chol @ z / math.sqrt(w)
+        return x1, self._log_t(x0, chol) - self._log_t(x1, chol)
+
+    def _proposal_chol(self) -> np.ndarray:
+        chol = getattr(self, "_chol_cache", None)
+        if chol is None:
+            chol = np.linalg.cholesky(np.asarray(self.covariance, dtype=np.float64))
+            object.__setattr__(self, "_chol_cache", chol)  # frozen: a derived, public cache
+        return chol
+
+    def _log_t(self, x: np.ndarray, chol: np.ndarray) -> float:
+        """The t density's log at ``x``, up to its constant."""
+        e = solve_triangular(chol, np.asarray(x, dtype=np.float64) - self.point, lower=True)
+        return -0.5 * (INDEPENDENT_DF + e.size) * math.log1p(float(e @ e) / INDEPENDENT_DF)
+
     def report(self) -> dict[str, Any]:
         """The report's ``dp_taylor_*`` keys (public values)."""
         return {
@@ -170,7 +209,16 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         :meth:`TaylorModel.residual_length`), ``S`` defaults to the model's covariance.
     """
 
-    def __init__(self, vars: list | None = None, *, taylor: TaylorModel, **kwargs: Any) -> None:
+    #: The released model (None: the plain penalty step, as a budgeted step that runs no
+    #: one-shot release is).
+    taylor: TaylorModel | None = None
+
+    def __init__(
+        self, vars: list | None = None, *, taylor: TaylorModel | None, **kwargs: Any
+    ) -> None:
+        if taylor is None:  # the plain step (pymc_penalty.PenaltyMetropolis without a model)
+            super().__init__(vars, **kwargs)
+            return
         if not isinstance(taylor, TaylorModel):
             raise TypeError("`taylor` must be a TaylorModel (pymc_penalty.warmstart.taylor)")
         if kwargs.get("clip_mode", "metric") != "metric":
@@ -187,17 +235,34 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         self._row_control = taylor.control
         super().__init__(vars, **kwargs)
 
-    def describe_sensitivity(self) -> str:
-        """The bound in words, for the report (no data)."""
+    def describe_sensitivity(self) -> str | None:
+        """The bound in words, for the report (no data); None for the plain step."""
+        if self.taylor is None:
+            return None
         return (
             f"Taylor residual (order {self.taylor.order}): B = r * max(||u||, ||u'||, 1)^order "
             "* ||u' - u||_2 (u: the likelihood's coordinates whitened at the warm start's "
             "point; r released: dp_taylor_residual_clip)"
         )
 
+    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
+        """After tuning, :data:`INDEPENDENT_SHARE` of the moves are drawn independently from
+        the released model's approximation (:meth:`TaylorModel.independent_proposal`); the
+        others, and every tuning move (whose acceptance tunes the walk's scaling), are the
+        random walk's. The choice uses the chain's generator: public."""
+        self._hastings = 0.0
+        if self.taylor is None or self.tune or self.rng.random() >= INDEPENDENT_SHARE:
+            return super()._propose(x0)
+        self._start_step()
+        x1, self._hastings = self.taylor.independent_proposal(self.rng, x0)
+        x1 = x1.astype(x0.dtype, copy=False)
+        return x1, self._bound_length(x0, x1)
+
     def _bound_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """The residual length ``max(||u||, ||u'||, 1)^order ||u' - u||`` (public: the two
         points and the public ``t``, ``L``)."""
+        if self.taylor is None:
+            return super()._bound_length(x0, x1)
         return self.taylor.residual_length_of(*self._whitened(x0, x1))
 
     def _whitened(self, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -215,6 +280,9 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
     ) -> Release:
         """The clipped residual sum with noise, plus the released model's difference."""
         out = super()._release_sum(state, x1, bound, sigma, count_sd)
+        if self.taylor is None:
+            return out
         u0, u1 = self._whitened(state.position, x1)
         model = self.taylor.release
-        return out._replace(d_hat=out.d_hat + model.model(u1) - model.model(u0))
+        public = model.model(u1) - model.model(u0) + getattr(self, "_hastings", 0.0)
+        return out._replace(d_hat=out.d_hat + public)
