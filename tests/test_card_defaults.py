@@ -38,14 +38,19 @@ def normal_mean_model(seed: int = 0) -> tuple[pm.Model, float, float]:
     return model, float(y.sum() / precision), float(precision**-0.5)
 
 
-def card_run(model, *, seed: int, cores: int = 1, draws: int = 1000, **step_kwargs):
-    """The card's usage with seeded noise (tests only), then finalize."""
+def card_run(
+    model, *, seed: int, cores: int = 1, draws: int = 1000, walk_only: bool = False, **step_kwargs
+):
+    """The card's usage with seeded noise (tests only), then finalize. ``walk_only``: no
+    independent moves (a test that follows the walk from its start)."""
     plan = pp.RunPlan(draws=draws, tune=draws, chains=2)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", pp.UnpublishedResultWarning)
         step = pp.PenaltyMetropolis(
             epsilon=6.0, delta=1e-5, plan=plan, reproducible_noise=True, rng=seed, **step_kwargs
         )
+        if walk_only:
+            step.independent_share = 0.0
         idata = pm.sample(
             draws,
             tune=draws,
@@ -62,12 +67,27 @@ def card_run(model, *, seed: int, cores: int = 1, draws: int = 1000, **step_kwar
         return pp.finalize(idata, step), step
 
 
-def test_card_usage_matches_the_exact_posterior():
+def test_card_usage_plain_path_matches_the_exact_posterior():
+    # The plain walk (exact for the posterior itself) with pp.sample's plain defaults.
     model, mean, sd = normal_mean_model()
-    idata, _ = card_run(model, seed=11)
+    idata, _ = card_run(model, seed=11, method="penalty")
     draws = idata.posterior["mu"].values
     ok, text = posterior_check(draws, stats.norm(mean, sd).cdf, mean)
     assert ok, text
+    assert idata.attrs["dp_clipped_fraction"] < 0.05
+
+
+def test_card_usage_taylor_path_is_honest_about_the_exact_posterior():
+    # The default (Taylor) path publishes the posterior given the released values: the
+    # one-shot noise integrated out, so at least as wide as the exact posterior and
+    # centred within its own spread of the exact mean (epsilon 6: slightly wider).
+    model, mean, sd = normal_mean_model()
+    idata, _ = card_run(model, seed=11)
+    assert idata.attrs["dp_method"] == "taylor"
+    draws = idata.posterior["mu"].values
+    published_sd = float(draws.std())
+    assert 1.0 <= published_sd / sd < 1.5
+    assert abs(float(draws.mean()) - mean) < 2.0 * published_sd
     assert idata.attrs["dp_clipped_fraction"] < 0.05
 
 
@@ -121,7 +141,7 @@ def test_plain_path_has_pp_samples_plain_defaults():
 def test_each_chain_starts_at_its_own_warm_start_draw():
     model, mean, sd = normal_mean_model()
     # A tiny fixed scaling: each chain's first draw is its start to within 1e-6 sd.
-    idata, step = card_run(model, seed=7, draws=5, scaling=1e-6, tune=False)
+    idata, step = card_run(model, seed=7, draws=5, scaling=1e-6, tune=False, walk_only=True)
     starts = sorted(float(s["mu"]) for s in step._chain_starts)
     first = sorted(idata.warmup_posterior["mu"].values[:, 0])
     assert first == pytest.approx(starts, abs=1e-4 * sd)
@@ -131,7 +151,9 @@ def test_each_chain_starts_at_its_own_warm_start_draw():
 
 def test_cores_2_each_process_takes_its_own_start():
     model, _, sd = normal_mean_model()
-    idata, step = card_run(model, seed=7, cores=2, draws=5, scaling=1e-6, tune=False)
+    idata, step = card_run(
+        model, seed=7, cores=2, draws=5, scaling=1e-6, tune=False, walk_only=True
+    )
     starts = sorted(float(s["mu"]) for s in step._chain_starts)
     first = sorted(idata.warmup_posterior["mu"].values[:, 0])
     assert first == pytest.approx(starts, abs=1e-4 * sd)

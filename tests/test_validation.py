@@ -24,6 +24,7 @@ import pymc_penalty as pp
 from pymc_penalty import PenaltyMetropolis, PrivacyBudget, PrivacyLedger, RunPlan
 from pymc_penalty.accounting import calibrate_step_mu, gdp_delta, plan_releases
 from pymc_penalty.errors import InvalidArgumentError, InvalidDataError, ModelNotPrivateError
+from pymc_penalty.model.screen import SCREEN_SHARE
 from pymc_penalty.warmstart import private_warm_start
 
 pytestmark = [
@@ -414,7 +415,8 @@ def test_clip_auto_is_accepted_by_the_validator():
 
 # Rows the likelihood cannot evaluate (NaN, inf, a value outside a fixed support): before
 # issue 28 each was refused with InvalidDataError, a free answer about the data. Now every
-# entry point accepts them (the rows are clipped); nothing is spent by building a step.
+# entry point accepts them (the rows are clipped); building a step spends what it spends on
+# any rows: a budgeted step its screen (one release of a fixed share), the others nothing.
 UNEVALUABLE = [
     ("step-bernoulli-123", _cold_step, _bernoulli_123),
     ("step-nan-covariate", _cold_step, _nan_covariate),
@@ -433,11 +435,18 @@ UNEVALUABLE = [
 )
 def test_rows_that_cannot_be_evaluated_are_not_refused(ledger_file, call, make_model):
     before = _state(ledger_file)
+    left = PrivacyLedger.open(ledger_file)
+    available = left.budget_mu**2 - left.spent_mu2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = call(make_model(), ledger_file)
     assert step is not None
-    assert _state(ledger_file) == before  # building a step spends nothing
+    after = _state(ledger_file)
+    if getattr(step, "budget", None) is None:  # no budget, no screen: nothing spent
+        assert after == before
+    else:  # the screen: one release of its share of what was left, whatever the rows
+        assert after[2] == before[2] + 1
+        assert after[1] - before[1] == pytest.approx(SCREEN_SHARE * available, rel=1e-6)
 
 
 def test_the_warm_start_accepts_rows_that_cannot_be_evaluated(ledger_file):

@@ -321,6 +321,10 @@ class PenaltyLikelihood:
         # The storage cells of the two vectors, found by position in the compiled function's
         # input storage (``_fn`` may be wrapped, e.g. by a test's spy; ``_function`` is not).
         self._function = self._fn
+        # The log prior alone (no data: the gate refuses priors and Potentials that read
+        # data), compiled on first use by :meth:`log_prior`.
+        self._prior_graph = (flat, pt.cast(logprior, "float64"), kwargs)
+        self._prior_fn: Any = None
         inputs = [i.variable for i in self._fn.maker.expanded_inputs]
         self._slots = (inputs.index(ll_current), inputs.index(ll_proposal))
         self._has_current = False
@@ -468,6 +472,28 @@ class PenaltyLikelihood:
         current[0], proposal[0] = proposal[0], current[0]
         self._has_current = True
         self._current_key, self.current_logprior = self._proposal_key, self._proposal_logprior
+
+    def log_prior(self, x: np.ndarray) -> float:
+        """The log prior at ``x`` (Jacobians and data-free Potentials), without the
+        likelihood: a function of no data. Compiled on first use."""
+        if self._prior_fn is None:
+            flat, logprior, kwargs = self._prior_graph
+            self._prior_fn = pm_compile([flat], logprior, **kwargs)
+        return float(self._prior_fn(np.asarray(x, dtype=self.input_dtype)))
+
+    def shift_current(self, x: np.ndarray, logprior: float) -> None:
+        """Make ``x`` the current state without evaluating the likelihood: valid only when
+        ``x`` differs from the current state in coordinates no row's log-likelihood reads
+        (:func:`likelihood_coordinates`), whose per-datapoint vector is then the same.
+
+        Raises
+        ------
+        RuntimeError
+            Without a current state, or with a proposal not committed.
+        """
+        if not self._has_current or self._pending:
+            raise RuntimeError("PenaltyLikelihood.shift_current needs a committed current state")
+        self._current_key, self.current_logprior = _key(x, self.input_dtype), float(logprior)
 
     # --- the explicit interface ----------------------------------------------------------
 

@@ -27,7 +27,7 @@ from pymc_penalty.model.checks import (
     rule_rows,
     validate_model,
 )
-from pymc_penalty.model.likelihood import PenaltyLikelihood
+from pymc_penalty.model.likelihood import PenaltyLikelihood, likelihood_coordinates
 from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
 from pymc_penalty.privacy.chain_slots import ChainSlots
 from pymc_penalty.privacy.ledger import PrivacyLedger
@@ -255,6 +255,10 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     _segments: tuple[np.ndarray, int] | None = None
     # Per-row control variates subtracted in the compiled likelihood (the Taylor path).
     _row_control: Any = None
+    #: Free moves per step on the coordinates no row's log-likelihood reads (a hierarchical
+    #: model's group mean and scale): Metropolis moves on the exact prior conditional, which
+    #: read no data and release nothing (:meth:`_free_moves`).
+    free_moves: int = 5
 
     def __init__(
         self,
@@ -390,6 +394,9 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             segments=self._segments,
             control=self._row_control,
         )
+        # The coordinates no row reads (model structure only: no data).
+        reads = likelihood_coordinates(model, vars, initial_point)
+        self._free_index = np.flatnonzero(~reads) if reads.any() else np.zeros(0, dtype=int)
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)
         if clip_auto:
@@ -495,12 +502,59 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             return RaveledVars(x0, q0.point_map_info), [stats]
         self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
         self.adapter.after_decision(info.accepted)
+        position = self._free_moves(new.position)
         if self.tune:
             count = None
             if self.clip_adapter is not None and count_sd is not None:
                 count = (info.clipped_count, count_sd)
-            self._pending_tuning.hold(new.position.copy(), info.accept, info.accepted, count)
-        return RaveledVars(new.position, q0.point_map_info), [stats]
+            self._pending_tuning.hold(position.copy(), info.accept, info.accepted, count)
+        return RaveledVars(position, q0.point_map_info), [stats]
+
+    def _free_moves(self, x: np.ndarray) -> np.ndarray:
+        """:attr:`free_moves` random-walk Metropolis moves of the coordinates no row reads,
+        accepted on the exact log prior alone: the target's likelihood (and the Taylor
+        path's tilt and released model, which live on the rows' coordinates) is constant
+        along them, so each move leaves the target invariant. The proposal is the
+        conditional of the proposal metric's covariance (public) given the other
+        coordinates, scaled by ``2.38 / sqrt(k)``; the uniforms come from the chain's
+        generator. No data is read and nothing is released or charged."""
+        free = self._free_index
+        if not free.size or self.free_moves <= 0 or not hasattr(self._lik, "shift_current"):
+            return x
+        chol = self._free_chol()
+        logprior = self._lik.current_logprior
+        x = x.copy()
+        for _ in range(int(self.free_moves)):
+            y = x.copy()
+            y[free] += chol @ self.rng.standard_normal(free.size)
+            logprior1 = self._lik.log_prior(y)
+            if math.log(max(self.rng.random(), 1e-300)) < logprior1 - logprior:
+                x, logprior = y, logprior1
+        self._lik.shift_current(x, logprior)
+        return x
+
+    def _free_chol(self) -> np.ndarray:
+        """The free moves' proposal factor: the conditional covariance of the free
+        coordinates given the others under the metric ``chol chol'``, times ``2.38^2 / k``
+        (recomputed when the adapted metric changes)."""
+        chol = self.adapter.chol
+        kept = getattr(self, "_free_chol_cache", None)
+        if kept is not None and kept[0] is chol:
+            return kept[1]
+        free = self._free_index
+        rest = np.setdiff1d(np.arange(chol.shape[0]), free)
+        cov = chol @ chol.T
+        cond = cov[np.ix_(free, free)]
+        if rest.size:
+            cross = cov[np.ix_(free, rest)]
+            cond = cond - cross @ np.linalg.solve(cov[np.ix_(rest, rest)], cross.T)
+        cond = 0.5 * (cond + cond.T) * (2.38**2 / free.size)
+        try:
+            factor = np.linalg.cholesky(cond)
+        except np.linalg.LinAlgError:
+            factor = np.diag(np.sqrt(np.maximum(np.diag(cond), 1e-12)))
+        self._free_chol_cache = (chol, factor)
+        return factor
 
     def _public_fraction(self, clipped_count: float, n: int) -> float:
         """The released clipped count as a fraction of the datapoints, where that count is

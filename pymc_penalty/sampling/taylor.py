@@ -6,10 +6,10 @@ whose compiled likelihood subtracts each row's clipped Taylor model at a public 
 model's difference ``M_rel(w') - M_rel(w)`` (public, from the one-shot release of
 :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`). The clipped residual sum's bound is
 ``B = r max(||u||, ||u'||, 1)^order ||u' - u||`` (``u``: the coordinates the rows'
-log-likelihood depends on, whitened at ``t``; :meth:`TaylorModel.residual_length`), symmetric in the
-two points, so the penalty test stays exact for the chain's target: the posterior tilted by
-the one-shot noise, ``p(x) exp(sum_i l_i(x) + xi_G . w + w' Xi_H w / 2)``, where no residual
-is clipped (``docs/algorithm.md``, "Taylor control variates").
+log-likelihood depends on, whitened at ``t``; :meth:`TaylorModel.residual_length`),
+symmetric in the two points, so the penalty test stays exact for the chain's target: the
+posterior tilted by the one-shot noise, ``p(x) exp(sum_i l_i(x) + xi_G . w + w' Xi_H w / 2)``,
+where no residual is clipped (``docs/algorithm.md``, "Taylor control variates").
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ RESIDUAL_NOISE_SD = 1.0
 #: model's Gaussian approximation (a multivariate t, :meth:`TaylorModel.independent_proposal`)
 #: instead of the random walk. A state-independent mixture of two kernels that each leave the
 #: target invariant leaves it invariant; the independent moves' Hastings term is public.
-INDEPENDENT_SHARE = 0.5
+INDEPENDENT_SHARE = 0.8
 
 #: Degrees of freedom of the independent proposal's multivariate t: tails heavier than the
 #: Gaussian approximation's, so that a target wider than it is still explored.
@@ -136,26 +136,38 @@ class TaylorModel:
     def independent_proposal(
         self, rng: np.random.Generator, x0: np.ndarray
     ) -> tuple[np.ndarray, float]:
-        """A draw ``x1`` from the multivariate t (:data:`INDEPENDENT_DF`) centred at the
-        released model's mode ``point`` with scale ``covariance``, and the Hastings term
-        ``log q(x0) - log q(x1)``. Public: the released model's values and ``rng``."""
-        chol = self._proposal_chol()
-        d = self.point.size
-        z = rng.standard_normal(d)
-        w = rng.chisquare(INDEPENDENT_DF) / INDEPENDENT_DF
-        x1 = self.point + chol @ z / math.sqrt(w)
-        return x1, self._log_t(x0, chol) - self._log_t(x1, chol)
+        """A move of the coordinates the rows read (``index``; the others stay) to a draw
+        from the multivariate t (:data:`INDEPENDENT_DF`) centred at the released model's
+        mode ``point`` with scale ``covariance`` on them, and the Hastings term
+        ``log q(x0) - log q(x1)``. Public: the released model's values and ``rng``.
 
-    def _proposal_chol(self) -> np.ndarray:
-        chol = getattr(self, "_chol_cache", None)
-        if chol is None:
-            chol = np.linalg.cholesky(np.asarray(self.covariance, dtype=np.float64))
-            object.__setattr__(self, "_chol_cache", chol)  # frozen: a derived, public cache
-        return chol
+        Only the rows' coordinates: the released model describes them (with the data's
+        weight), while a hyperparameter that only the prior sees has no Gaussian shape to
+        rely on; the step's free moves (:meth:`PenaltyMetropolis._free_moves`) move those.
+        An independent proposal of one block given the rest leaves the conditional, hence
+        the target, invariant."""
+        chol, centre, index = self._proposal_block()
+        z = rng.standard_normal(centre.size)
+        w = rng.chisquare(INDEPENDENT_DF) / INDEPENDENT_DF
+        x0 = np.asarray(x0, dtype=np.float64)
+        x1 = x0.copy()
+        x1[index] = centre + chol @ z / math.sqrt(w)
+        return x1, self._log_t(x0[index], chol) - self._log_t(x1[index], chol)
+
+    def _proposal_block(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(chol, centre, index)`` of the independent proposal (cached: public values)."""
+        kept = getattr(self, "_proposal_cache", None)
+        if kept is None:
+            index = np.arange(self.point.size) if self.index is None else self.index
+            cov = np.asarray(self.covariance, dtype=np.float64)[np.ix_(index, index)]
+            kept = (np.linalg.cholesky(cov), np.asarray(self.point, np.float64)[index], index)
+            object.__setattr__(self, "_proposal_cache", kept)  # frozen: a derived cache
+        return kept
 
     def _log_t(self, x: np.ndarray, chol: np.ndarray) -> float:
-        """The t density's log at ``x``, up to its constant."""
-        e = solve_triangular(chol, np.asarray(x, dtype=np.float64) - self.point, lower=True)
+        """The t density's log at the block ``x``, up to its constant."""
+        centre = self._proposal_block()[1]
+        e = solve_triangular(chol, np.asarray(x, dtype=np.float64) - centre, lower=True)
         return -0.5 * (INDEPENDENT_DF + e.size) * math.log1p(float(e @ e) / INDEPENDENT_DF)
 
     def report(self) -> dict[str, Any]:
@@ -212,6 +224,8 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
     #: The released model (None: the plain penalty step, as a budgeted step that runs no
     #: one-shot release is).
     taylor: TaylorModel | None = None
+    #: Share of the moves after tuning drawn from the released model's approximation.
+    independent_share: float = INDEPENDENT_SHARE
 
     def __init__(
         self, vars: list | None = None, *, taylor: TaylorModel | None, **kwargs: Any
@@ -246,12 +260,12 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         )
 
     def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
-        """After tuning, :data:`INDEPENDENT_SHARE` of the moves are drawn independently from
+        """After tuning, :attr:`independent_share` of the moves are drawn independently from
         the released model's approximation (:meth:`TaylorModel.independent_proposal`); the
         others, and every tuning move (whose acceptance tunes the walk's scaling), are the
         random walk's. The choice uses the chain's generator: public."""
         self._hastings = 0.0
-        if self.taylor is None or self.tune or self.rng.random() >= INDEPENDENT_SHARE:
+        if self.taylor is None or self.tune or self.rng.random() >= self.independent_share:
             return super()._propose(x0)
         self._start_step()
         x1, self._hastings = self.taylor.independent_proposal(self.rng, x0)
