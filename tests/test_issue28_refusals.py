@@ -142,8 +142,9 @@ def test_the_screen_charges_first_and_releases_the_count_with_its_noise():
     sd = math.sqrt(2) / mu
     assert screen.noise_sd == pytest.approx(sd) == count_noise_sd(2, mu)
     z = np.random.default_rng(7).standard_normal(2)
-    assert screen.counts["y"] == pytest.approx(300 + sd * z[0])
-    assert screen.counts["w"] == pytest.approx(0 + sd * z[1])
+    # On the integers, as every noisy count (pymc_penalty.privacy.precision).
+    assert screen.counts["y"] == np.rint(300 + sd * z[0])
+    assert screen.counts["w"] == np.rint(0 + sd * z[1])
     assert flag_unevaluable(screen.counts, sd) == ["y"]
 
 
@@ -427,3 +428,94 @@ def test_add_remove_without_min_rows_warns_with_a_text_free_of_n():
     # Controls: with a public bound, and under substitute-one (n public), nothing to say.
     assert _gate_warnings(41, "add_remove", 10) == []
     assert _gate_warnings(41, "substitute", None) == []
+
+
+# --- item 1 for the contamination mechanism: the start-value bit ------------------------------
+
+
+def _contaminated(y, *, bernoulli: bool = False, container: bool = False) -> pm.Model:
+    from pymc_penalty.contamination import (
+        BernoulliContamination,
+        StudentTContamination,
+        contaminated_likelihood,
+    )
+
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 2.0)
+        data = pm.Data("yd", y) if container else y
+        if bernoulli:
+            base, g = pm.Bernoulli.dist(logit_p=a), BernoulliContamination(0.5)
+        else:
+            base, g = pm.Normal.dist(a, 1.0), StudentTContamination(3, 1.0)
+        contaminated_likelihood("y", base, g, 0.2, data)
+    return model
+
+
+_RECORDS = {  # (bernoulli, container, the record): what g cannot evaluate
+    "nan-array": (False, False, math.nan),
+    "inf-array": (False, False, math.inf),
+    "inf-data": (False, True, -math.inf),
+    "coded-2-array": (True, False, 2.0),
+    "coded-2-data": (True, True, 2.0),
+}
+
+
+@pytest.mark.parametrize("case", list(_RECORDS))
+def test_a_contaminated_record_that_cannot_be_evaluated_is_modelled_by_g_alone(case):
+    """On fb1cadf, NaN in a NumPy array was imputed by PyMC and the variable refused as not
+    observed (``ModelNotPrivateError``), and an infinite record or a response coded 2 made
+    the start's log density ``-inf``, so ``sample_contaminated`` refused to start: both a free
+    answer about a record. Now the record is observed at a public point of g's support by g
+    alone: its term is one constant at every parameter value, the model's variables are the
+    same as with a valid record, and every other term is unchanged."""
+    bernoulli, container, record = _RECORDS[case]
+    rng = np.random.default_rng(11)
+    clean = (rng.random(30) < 0.4).astype(float) if bernoulli else rng.normal(1.0, 1.0, 30)
+    dirty = clean.copy()
+    dirty[3] = record
+    good, bad = (
+        _contaminated(clean, bernoulli=bernoulli, container=container),
+        _contaminated(dirty, bernoulli=bernoulli, container=container),
+    )
+    assert [v.name for v in bad.free_RVs] == [v.name for v in good.free_RVs] == ["a"]
+    assert [v.name for v in bad.observed_RVs] == ["y"]
+    terms_bad = bad.compile_logp(vars=bad.observed_RVs, sum=False)
+    terms_good = good.compile_logp(vars=good.observed_RVs, sum=False)
+    at = [{"a": np.array(v)} for v in (-1.0, 0.3, 2.5)]
+    rows_bad = np.array([terms_bad(p)[0] for p in at])
+    rows_good = np.array([terms_good(p)[0] for p in at])
+    assert np.all(np.isfinite(rows_bad))
+    np.testing.assert_array_equal(rows_bad[:, 3], rows_bad[0, 3])  # a constant: moves nothing
+    others = np.arange(30) != 3
+    np.testing.assert_allclose(rows_bad[:, others], rows_good[:, others], rtol=1e-12)
+    # Must-fail: a valid record's term does move with the parameter.
+    assert np.ptp(rows_good[:, 3]) > 1e-3
+
+
+@pytest.mark.slow
+def test_sample_contaminated_runs_whatever_a_record_is_and_withholds_pymc_messages():
+    from pymc_penalty.contamination import sample_contaminated
+    from pymc_penalty.errors import LikelihoodEvaluationError
+
+    y = np.random.default_rng(12).normal(1.0, 1.0, 40)
+    outcomes = []
+    for record in (0.5, math.inf, math.nan):
+        dirty = y.copy()
+        dirty[3] = record
+        with _contaminated(dirty), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = sample_contaminated(tune=30, thin=1, random_seed=1)
+        outcomes.append((idata.groups(), idata.posterior["a"].shape))
+    assert outcomes[0] == outcomes[1] == outcomes[2] == (["posterior"], (1, 1))
+    # A start PyMC refuses for a public reason: its message (each term's exact log density at
+    # the start, the likelihood's a function of every record) is withheld.
+    with pm.Model():
+        s = pm.HalfNormal("s", 1.0, initval=-1.0)
+        from pymc_penalty.contamination import StudentTContamination, contaminated_likelihood
+
+        contaminated_likelihood("y", pm.Normal.dist(0.0, s), StudentTContamination(3), 0.2, y)
+        with warnings.catch_warnings(), pytest.raises(LikelihoodEvaluationError) as err:
+            warnings.simplefilter("ignore")
+            sample_contaminated(tune=30, thin=1)
+    assert "withheld" in str(err.value) and not any(ch.isdigit() for ch in str(err.value))
+    assert err.value.__cause__ is None and err.value.__suppress_context__

@@ -9,6 +9,16 @@ passes a seed, which makes the contamination reproducible and therefore not priv
 *observed* variable (a ``pm.Mixture``, or a Bernoulli with the mixed probability), so that
 prior and posterior predictive sampling, ``log_likelihood`` and the package's data stripping
 treat it like any other likelihood.
+
+No outcome depends on whether a record can be evaluated (issue 28: a refusal is a free answer
+about the data). A record that g cannot evaluate (NaN, infinite, or outside g's public
+support: a Bernoulli response coded 2) would make the mixture's log density ``-inf`` or NaN:
+PyMC then imputed a NaN in a NumPy array (and the variable was refused as not observed), and
+``pm.sample`` refused to start on an infinite one, printing the other terms' exact log
+densities. Such a record is now modelled by g alone at a public point of g's support
+(:func:`_evaluable`): its term is a constant, the same at every parameter value, so it moves
+nothing, as a clipped row adds nothing to the penalty step's sum. The rows are chosen in the
+graph from the data, whatever the data (no branch in Python reads a value).
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ from pytensor.tensor.sharedvar import TensorSharedVariable
 from pymc_penalty.contamination.densities import (
     BernoulliContamination,
     ContaminationDensity,
+    StudentTContamination,
+    TruncatedStudentT,
     check_rate,
 )
 from pymc_penalty.errors import ModelNotPrivateError, NotPrivateWarning
@@ -120,6 +132,39 @@ def _n_rows(observed: Any) -> int:
     return int(shape[0]) if shape else 1
 
 
+def _inside(density: ContaminationDensity, covariates: Any) -> Any:
+    """A public point of g's support (per row when g's location reads the covariates)."""
+    if isinstance(density, BernoulliContamination):
+        return 0.0
+    if isinstance(density, TruncatedStudentT):
+        return float(np.clip(density.loc, density.lower, density.upper))
+    if isinstance(density, StudentTContamination):
+        return density.location(covariates, symbolic=True)
+    return 0.0
+
+
+def _evaluable(
+    density: ContaminationDensity, observed: Any, covariates: Any
+) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """``(observed with every record g cannot evaluate replaced by a public point of g's
+    support, the mask of those records)``, both graphs of the data (no value is read here).
+
+    A record is replaced when it is not finite or g's log density there is not finite (it is
+    outside g's public support). Every other record has a finite mixture density wherever
+    ``rate > 0``, since g > 0 there. The mask reads the data and g's public parameters only,
+    never a model parameter.
+    """
+    y = pt.as_tensor_variable(observed)
+    if y.dtype not in ("float32", "float64"):
+        y = pt.cast(y, "float64")
+    inside = pt.as_tensor_variable(_inside(density, covariates))
+    finite = ~(pt.isnan(y) | pt.isinf(y))
+    probe = pt.where(finite, y, inside)  # g's log density where it can be computed
+    log_g = pm.logp(density.pm_dist(covariates), probe)
+    bad = ~finite | pt.isnan(log_g) | pt.isinf(log_g)
+    return pt.where(bad, inside, y), bad
+
+
 def _bernoulli_p(base_dist: pt.TensorVariable) -> pt.TensorVariable | None:
     """The success probability of a Bernoulli ``.dist``, or None for any other distribution."""
     owner = base_dist.owner
@@ -163,7 +208,12 @@ def contaminated_likelihood(
     TensorVariable
         The observed variable: a ``pm.Mixture`` of f and g (its log-density is a stable
         log-sum-exp), or, for a Bernoulli f and a :class:`BernoulliContamination` g, a
-        ``pm.Bernoulli`` with ``p = (1 - rate) p_f + rate q``. Never a Potential.
+        ``pm.Bernoulli`` with ``p = (1 - rate) p_f + rate q``. Never a Potential. A record
+        g cannot evaluate (NaN, infinite or outside g's support) is observed at a public
+        point of g's support with g's weight 1 (``p = q``): its term is a constant, the
+        same at every parameter value, and nothing is refused (see the module docstring).
+        The observed value is then a graph of the data (``observed`` with those records
+        replaced), not ``observed`` itself.
 
     Raises
     ------
@@ -178,17 +228,19 @@ def contaminated_likelihood(
     if density.uses_covariates and covariates is None:
         raise ValueError("This contamination density depends on covariates: pass `covariates`.")
     p_f = _bernoulli_p(base_dist)
+    if isinstance(density, BernoulliContamination) and p_f is None:
+        raise ValueError(
+            "A BernoulliContamination needs a Bernoulli `base_dist` (pm.Bernoulli.dist)."
+        )
+    # Records g cannot evaluate: observed at a point of g's support, by g alone (a constant).
+    safe, bad = _evaluable(density, observed, covariates)
     if isinstance(density, BernoulliContamination):
-        if p_f is None:
-            raise ValueError(
-                "A BernoulliContamination needs a Bernoulli `base_dist` (pm.Bernoulli.dist)."
-            )
-        p = (1.0 - rate) * p_f + rate * density.q
-        rv = pm.Bernoulli(name, p=p, observed=observed, **kwargs)
+        p = pt.where(bad, density.q, (1.0 - rate) * p_f + rate * density.q)
+        rv = pm.Bernoulli(name, p=p, observed=safe, **kwargs)
     else:
         g = density.pm_dist(covariates)
-        w = np.array([1.0 - rate, rate])
-        rv = pm.Mixture(name, w=w, comp_dists=[base_dist, g], observed=observed, **kwargs)
+        w = pt.stack([pt.where(bad, 0.0, 1.0 - rate), pt.where(bad, 1.0, rate)], axis=-1)
+        rv = pm.Mixture(name, w=w, comp_dists=[base_dist, g], observed=safe, **kwargs)
     if not isinstance(rv, Variable) or rv not in model.observed_RVs:
         raise ModelNotPrivateError(f"`{name}` did not become an observed variable.")
     setattr(

@@ -17,7 +17,7 @@ import pymc as pm
 
 from pymc_penalty.contamination.empirical import STATEMENT, EmpiricalPrivacy
 from pymc_penalty.contamination.mechanism import TAG
-from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.errors import LikelihoodEvaluationError, ModelNotPrivateError
 from pymc_penalty.model.checks import (
     data_dependent_variables,
     data_dims,
@@ -97,6 +97,15 @@ def sample_contaminated(
     InferenceData
         ``posterior`` only, with ``attrs["contamination_privacy"]`` (a dict; see
         :func:`netcdf_safe` before ``to_netcdf``). Never ``dp_epsilon``.
+
+    Raises
+    ------
+    ModelNotPrivateError
+        If a likelihood is not contaminated or data reach the draw another way.
+    LikelihoodEvaluationError
+        If ``pm.sample`` fails; its message is withheld (PyMC's start check prints each
+        term's log density). A record the likelihood cannot evaluate never causes it
+        (:func:`~pymc_penalty.contamination.contaminated_likelihood` models it by g alone).
     """
     draws = check_integer("draws", draws, low=1)
     thin = check_integer("thin", thin, low=1)
@@ -110,12 +119,19 @@ def sample_contaminated(
     model = pm.modelcontext(model)
     tags = _check_model(model)
     n = n_datapoints(model)
-    with model:
-        idata = pm.sample(
-            draws=int(draws) * int(thin), tune=tune, chains=1, cores=1,
-            random_seed=random_seed, progressbar=False, compute_convergence_checks=False,
-            **sample_kwargs,
-        )  # fmt: skip
+    try:
+        with model:
+            idata = pm.sample(
+                draws=int(draws) * int(thin), tune=tune, chains=1, cores=1,
+                random_seed=random_seed, progressbar=False, compute_convergence_checks=False,
+                **sample_kwargs,
+            )  # fmt: skip
+    except Exception as exc:
+        # PyMC's start check prints every term's exact log density at the start point.
+        raise LikelihoodEvaluationError(
+            f"pm.sample failed on the contaminated model ({type(exc).__name__}); the details "
+            "are withheld because they may quote data values."
+        ) from None
     posterior = idata.posterior.isel(draw=slice(int(thin) - 1, None, int(thin)))
     leaky = [v for v in data_dependent_variables(model, n) if v in posterior.data_vars]
     posterior = posterior.drop_vars(leaky)

@@ -13,7 +13,9 @@ never leave. Per release it
 2. charges its own ledger (a file on the owner's side) for every chain of the call *before*
    it reads a row, and journals the id, still under the journal's lock;
 3. releases, per chain, its clipped sum plus Gaussian noise and, where asked, its clip count
-   plus noise. Nothing else leaves: not the per-row values, not the row count.
+   plus noise, each on its published grid (:mod:`pymc_penalty.privacy.precision`: the sum on
+   the grid of its noise sd, the count on the integers). Nothing else leaves: not the
+   per-row values, not the row count, not a noisy value at full precision.
 
 The noise comes from a counter-based generator keyed by the owner's secret and the digest of
 the *whole request* (run, step, points, bounds, noise sds, declared costs), not by the step id
@@ -46,7 +48,7 @@ import pymc as pm
 from pymc_penalty.errors import OwnerSideError
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.ledger import PrivacyLedger
-from pymc_penalty.privacy.precision import snap_count
+from pymc_penalty.privacy.precision import snap_count, snap_noisy
 
 __all__ = [
     "OwnerService",
@@ -337,10 +339,10 @@ class OwnerService(RowsService):
         noise = self._noise(key, step_digest)
         sums, counts = self.clipped_sums(x0s, x1s, bounds)
         for c in range(x0s.shape[0]):
-            sums[c] += sigmas[c] * noise.standard_normal()
+            # Each on its grid (pymc_penalty.privacy.precision) before it leaves the owner: the
+            # sum on the grid of its noise sd, the count on the integers.
+            sums[c] = snap_noisy(sums[c] + sigmas[c] * noise.standard_normal(), sigmas[c])
             z = noise.standard_normal()
-            # The count on its published grid (pymc_penalty.privacy.precision); the sums are not
-            # published by the driver (only the accept decision's grid value is).
             counts[c] = snap_count(counts[c] + count_sd * z) if math.isfinite(count_sd) else np.nan
         return {"released": True, "sums": sums, "counts": counts}
 

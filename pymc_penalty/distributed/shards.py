@@ -35,7 +35,7 @@ from pymc_penalty.distributed._service import ShardService, digest, keyed_noise,
 from pymc_penalty.distributed._setup import Journal
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool, ActorSpec
 from pymc_penalty.errors import ShardError
-from pymc_penalty.privacy.precision import snap_count
+from pymc_penalty.privacy.precision import snap_count, snap_noisy
 
 __all__ = ["ShardPool", "driver_secret", "shard_loaders", "shard_names"]
 
@@ -271,9 +271,10 @@ class ShardPool(ActorPool):
             self.journal.add({"run": self.run, "step": step, "digest": step_digest})
         noise = keyed_noise(self._secret, key, step_digest)
         for c in range(chains):
-            sums[c] += sigma[c] * noise.standard_normal()
+            # On their grids, as an owner's (pymc_penalty.privacy.precision): the noisy sum on
+            # the grid of its noise sd (the pool returns it), the count on the integers.
+            sums[c] = snap_noisy(sums[c] + sigma[c] * noise.standard_normal(), sigma[c])
             z = noise.standard_normal()
-            # The count on its published grid, as an owner's (pymc_penalty.privacy.precision).
             counts[c] = snap_count(counts[c] + count_sd * z) if np.isfinite(count_sd) else np.nan
         return sums[None, :], counts[None, :]
 

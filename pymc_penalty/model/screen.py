@@ -27,6 +27,7 @@ import pymc as pm
 
 from pymc_penalty.errors import LikelihoodEvaluationError, ScreenRefused
 from pymc_penalty.model.likelihood import per_datapoint_terms
+from pymc_penalty.privacy.precision import snap_count
 
 __all__ = [
     "FAR_ABOVE_ZERO",
@@ -159,5 +160,6 @@ def screen_rows(
     if not ledger.try_spend(float(mu) ** 2):
         raise ScreenRefused("The privacy ledger refused the screen of unevaluable rows.")
     noise = np.random.default_rng() if noise_rng is None else noise_rng
-    noisy = _exact_counts(model) + sd * noise.standard_normal(len(names))
+    # On the integers, as every published noisy count (pymc_penalty.privacy.precision).
+    noisy = snap_count(_exact_counts(model) + sd * noise.standard_normal(len(names)))
     return RowScreen(dict(zip(names, (float(v) for v in noisy), strict=True)), float(mu), sd)

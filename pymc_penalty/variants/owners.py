@@ -32,7 +32,7 @@ import numpy as np
 
 from pymc_penalty.accounting import compose_mu, compose_mu2, composed_epsilon
 from pymc_penalty.privacy.mechanism import release_noise
-from pymc_penalty.privacy.precision import snap_count
+from pymc_penalty.privacy.precision import gaussian_release, snap_count
 from pymc_penalty.sampling.kernel import PenaltyState, Release, StepNoise
 from pymc_penalty.sampling.step import PenaltyMetropolis
 
@@ -202,11 +202,12 @@ class MultiOwnerPenaltyMetropolis(PenaltyMetropolis):
         sigmas: np.ndarray,
         count_sd: np.ndarray,
     ) -> Release:
-        """Each owner releases its clipped sum (and clip count) with its own noise; the sums
-        are added."""
+        """Each owner releases its clipped sum (and clip count) with its own noise, the sum on
+        the grid of its noise sd (:mod:`pymc_penalty.privacy.precision`: what leaves an owner
+        is never at full precision); the released sums are added."""
         state, proposal, owner_sums, owner_clipped = self._evaluate(state, x1, bound)
         noise = self._noise()
-        d_hat = float(np.sum(owner_sums + sigmas * noise.standard_normal(self.n_owners)))
+        d_hat = float(np.sum(gaussian_release(owner_sums, sigmas, noise)))
         if not self.private:
             clipped_count = float(owner_clipped.sum())
         elif np.all(np.isfinite(count_sd)):

@@ -64,8 +64,10 @@ log-likelihood vector. Their accuracy does not matter for privacy: clipping boun
 sensitivity whatever the rows are, and non-finite rows are set to zero before clipping.
 Each step's releases are committed to the run's ledger (``mu_t^2 = (Delta_t / sigma_t)^2``
 each) before the data are evaluated; the prior's gradient and Hessian carry no data and are
-exact. Everything returned is post-processing of the releases and of the data-independent
-start.
+exact. Each release is rounded to its grid where its noise is added (the continuous ones to
+the grid of their noise sd, :func:`pymc_penalty.privacy.precision.gaussian_release`; the
+counts to the integers), so no noisy value exists at full float precision. Everything
+returned is post-processing of the releases and of the data-independent start.
 
 Restrictions: the model must pass the same checks as :class:`PenaltyMetropolis`; the
 curvature estimates the Fisher information (the covariance of the per-datapoint scores),

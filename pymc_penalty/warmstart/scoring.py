@@ -18,7 +18,7 @@ from scipy import special, stats
 
 from pymc_penalty.accounting.gdp import split_step_mu
 from pymc_penalty.accounting.sensitivity import Neighbours
-from pymc_penalty.privacy.precision import snap_count
+from pymc_penalty.privacy.precision import gaussian_release, snap_count
 from pymc_penalty.sampling.adaptation.clip import (
     CLIP_EVIDENCE_SES,
     clip_target_fraction,
@@ -222,11 +222,13 @@ def warm_start_schedule(mu: float, steps: int) -> list[tuple[float, float]]:
 
 def _release_outer(outer: np.ndarray, sd: float, noise: np.random.Generator) -> np.ndarray:
     """Release a symmetric matrix with noise sd ``sd`` on its Frobenius-isometric vector
-    (the upper triangle, off-diagonal entries scaled by ``sqrt(2)``)."""
+    (the upper triangle, off-diagonal entries scaled by ``sqrt(2)``): the diagonal with sd
+    ``sd``, each off-diagonal entry with ``sd / sqrt(2)``, each on its grid
+    (:func:`pymc_penalty.privacy.precision.gaussian_release`)."""
     d = outer.shape[0]
     iu = np.triu_indices(d, 1)
-    diag = np.diag(outer) + sd * noise.standard_normal(d)
-    off = outer[iu] + (sd / math.sqrt(2.0)) * noise.standard_normal(iu[0].size)
+    diag = gaussian_release(np.diag(outer), sd, noise)
+    off = gaussian_release(outer[iu], sd / math.sqrt(2.0), noise)
     released = np.diag(diag)
     released[iu] = off
     released[(iu[1], iu[0])] = off
@@ -518,7 +520,7 @@ def fisher_scoring(
                 shape_chol = chol @ shape_chol
                 shape = shape_chol @ shape_chol.T
             sd = log_scale_sensitivity(neighbours) / mu_parts[1]
-            mean_log = (log_scale_sum(diffs, shape_chol) + sd * noise.standard_normal()) / pairs
+            mean_log = gaussian_release(log_scale_sum(diffs, shape_chol), sd, noise) / pairs
             # A Gaussian difference with covariance s * shape has E log(|w|^2/d) =
             # log s + digamma(d/2) + log(2/d); the difference's covariance is twice F's.
             # Each row's log length is clipped to [-LOG_CLIP, LOG_CLIP], so the true mean is
@@ -542,7 +544,7 @@ def fisher_scoring(
             travelled[k] = used
         sd = gradient_sensitivity(used, neighbours) / mu_grad
         white_sum = clipped_whitened(grads, new_chol, used).sum(axis=0)
-        released_sum = white_sum + sd * noise.standard_normal(d)
+        released_sum = gaussian_release(white_sum, sd, noise)  # on its grid
         if mu_count > 0:
             # The clipped count, sensitivity 1 and noise sd 1 / mu (as the sampler's), of the
             # rows centred on their released mean: away from the mode the rows' common mean

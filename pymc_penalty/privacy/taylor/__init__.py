@@ -31,6 +31,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from pymc_penalty.privacy.precision import gaussian_release, snap_noisy
+
 __all__ = [
     "ClippedRows",
     "TaylorRelease",
@@ -38,6 +40,7 @@ __all__ = [
     "clip_rank_one_rows",
     "clip_rows",
     "clipped_residual_sum",
+    "hessian_noise_sds",
     "noise_aware_draws",
     "oneshot_sensitivities",
     "packed_frobenius",
@@ -118,10 +121,12 @@ class TaylorRelease(NamedTuple):
     Attributes
     ----------
     G, H : ndarray
-        Released (noisy) sums; ``H`` is ``None`` for a first-order release.
+        Released (noisy) sums; ``H`` is ``None`` for a first-order release. Each entry is on
+        the grid of its noise sd (:func:`pymc_penalty.privacy.precision.noise_grid`).
     sd_G, sd_H : float
         Noise standard deviations: ``G``'s coordinates have sd ``sd_G``; ``H``'s diagonal has sd
-        ``sd_H`` and its off-diagonal entries ``sd_H / sqrt 2`` (:func:`symmetric_noise`).
+        ``sd_H`` and its off-diagonal entries ``sd_H / sqrt 2`` (:func:`symmetric_noise`,
+        :func:`hessian_noise_sds`).
     mu2 : float
         The release's GDP cost ``(Delta_G / sd_G)^2 + (Delta_H / sd_H)^2``.
     """
@@ -317,6 +322,12 @@ def symmetric_noise(d: int, sd: float, rng: np.random.Generator) -> np.ndarray:
     return (A + A.T) / 2.0 if d > 0 else A
 
 
+def hessian_noise_sds(d: int, sd: float) -> np.ndarray:
+    """The noise sd of each entry of a released ``d x d`` Hessian (:func:`symmetric_noise`):
+    ``sd`` on the diagonal, ``sd / sqrt 2`` off it (the sds its grid is tied to)."""
+    return np.where(np.eye(d, dtype=bool), float(sd), float(sd) / np.sqrt(2.0))
+
+
 def release_sums(
     rows: ClippedRows,
     c_g: float,
@@ -360,19 +371,21 @@ def _noisy_sums(
     relation: Relation,
 ) -> TaylorRelease:
     """The exact clipped sums ``(G, H)`` with their Gaussian noise (one place for both
-    storage forms)."""
+    storage forms), each entry rounded to the grid of its noise sd where the noise is added
+    (:mod:`pymc_penalty.privacy.precision`): the unrounded sums are never returned."""
     if mu_G <= 0.0:
         raise ValueError("mu_G must be positive")
     dG, dH = oneshot_sensitivities(c_g, c_H, relation)
     sd_G = dG / mu_G
     d = G.shape[0]
-    G_rel = G + rng.normal(0.0, sd_G, size=d)
+    G_rel = gaussian_release(G, sd_G, rng)
     if H is None or c_H is None:
         return TaylorRelease(G_rel, None, sd_G, 0.0, mu_G**2)
     if mu_H <= 0.0:
         raise ValueError("mu_H must be positive for a second-order release")
     sd_H = dH / mu_H
-    return TaylorRelease(G_rel, H + symmetric_noise(d, sd_H, rng), sd_G, sd_H, mu_G**2 + mu_H**2)
+    H_rel = snap_noisy(H + symmetric_noise(d, sd_H, rng), hessian_noise_sds(d, sd_H))
+    return TaylorRelease(G_rel, H_rel, sd_G, sd_H, mu_G**2 + mu_H**2)
 
 
 def residual_rows(

@@ -14,6 +14,8 @@ from typing import Literal
 
 import numpy as np
 
+from pymc_penalty.privacy.precision import snap_count
+
 __all__ = [
     "clip_by_scale",
     "clip_by_tail",
@@ -51,14 +53,15 @@ def noisy_histogram(
     """Release counts of ``values`` in ``(-inf, e_0], (e_0, e_1], ..., (e_last, inf)``.
 
     A NaN value counts in the top bin. Returns ``(noisy counts, noise sd)``; the release is
-    ``mu``-GDP.
+    ``mu``-GDP. The noisy counts are on the integers, as every published noisy count
+    (:func:`pymc_penalty.privacy.precision.snap_count`).
     """
     v = np.asarray(values, dtype=float)
     v = np.where(np.isnan(v), np.inf, v)
     idx = np.searchsorted(edges, v, side="left")
     counts = np.bincount(idx, minlength=len(edges) + 1).astype(float)
     sd = histogram_sensitivity(relation) / float(mu)
-    return counts + rng.normal(0.0, sd, size=counts.shape), sd
+    return snap_count(counts + rng.normal(0.0, sd, size=counts.shape)), sd
 
 
 def _denoised(counts: np.ndarray, sd: float, k: float) -> np.ndarray:
