@@ -248,18 +248,14 @@ _DEFAULTS = {
 
 
 def _flat_proposal(step_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """pp.sample's ``step_kwargs`` (grouped: the step's old keywords warn there) with its
-    ``ProposalPolicy`` as the distributed sampler's own arguments (``adapt``,
-    ``target_accept``, ``adapt_window``); block moves only."""
+    """pp.sample's ``step_kwargs`` (grouped: the step's old keywords warn there) with a
+    ``ProposalPolicy`` of block moves as the distributed sampler's own arguments (``adapt``,
+    ``target_accept``, ``adapt_window``); another stays, to be refused by name."""
     kwargs = group_step_options(step_kwargs)
-    proposal = kwargs.pop("proposal", None)
-    if proposal is None:
+    proposal = kwargs.get("proposal")
+    if proposal is None or proposal.kind != "block" or proposal.max_step is not None:
         return kwargs
-    if proposal.kind != "block" or proposal.max_step is not None:
-        raise ValueError(
-            "Distributed sampling runs block moves only: ProposalPolicy.kind must be 'block' "
-            "and ProposalPolicy.max_step None."
-        )
+    del kwargs["proposal"]
     if proposal.adapt is not None:
         kwargs["adapt"] = proposal.adapt
     kwargs["target_accept"] = proposal.target_accept
