@@ -45,11 +45,13 @@ from pymc_penalty.results.plots import plot_epsilon, plot_privacy
 from pymc_penalty.results.recycling import recycled_mean, recycled_summary, recycled_terms
 from pymc_penalty.results.report import attach_report, build_report
 from pymc_penalty.results.view import ReportView, report
+from pymc_penalty.sampling.options import ClipPolicy, PrivacyPolicy, ProposalPolicy
 
 __all__ = [
     "AuditResult",
     "BernoulliContamination",
     "BudgetExhausted",
+    "ClipPolicy",
     "ClippingWarning",
     "EmpiricalPrivacy",
     "FrozenChainWarning",
@@ -63,7 +65,9 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyCallback",
     "PrivacyLedger",
+    "PrivacyPolicy",
     "PrivateSamplingError",
+    "ProposalPolicy",
     "ReportView",
     "RunPlan",
     "SamplingInterrupted",

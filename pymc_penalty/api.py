@@ -8,6 +8,7 @@ ledger) and ends with the same code as :func:`finalize`, the last step of the lo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -60,6 +61,12 @@ from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.output import hidden_timing, progressbar_allowed
 from pymc_penalty.results.publish import finalize, finalize_result, step_report
 from pymc_penalty.sampling.interrupts import interrupted_message, stop_on_interrupt
+from pymc_penalty.sampling.options import (
+    ClipPolicy,
+    PrivacyPolicy,
+    ProposalPolicy,
+    group_step_options,
+)
 from pymc_penalty.sampling.setup import check_step_kwargs
 from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.sampling.taylor import (
@@ -201,7 +208,13 @@ def sample(
         Keep ``observed_data``, ``constant_data`` and data-dependent Deterministics (the
         result is then not private).
     step_kwargs : dict, optional
-        More :class:`PenaltyMetropolis` arguments (``S``, ``adapt``, ``target_accept``, ...).
+        More :class:`PenaltyMetropolis` arguments: ``S``, ``scaling``, ``proposal`` (a
+        :class:`~pymc_penalty.ProposalPolicy`), ``privacy`` (a
+        :class:`~pymc_penalty.PrivacyPolicy`: its ``neighbours`` and ``min_rows`` are this
+        function's own), ``clip`` (a :class:`~pymc_penalty.ClipPolicy`: its ``value``,
+        ``mode`` and ``count_share`` are this function's ``clip``, ``clip_mode`` and
+        ``clip_count_share``), ... The step's old keywords (``adapt``,
+        ``reproducible_noise``, ...) still work, each with a ``FutureWarning``.
     model : pm.Model, optional
     owners, cluster : optional
         Several data owners on a Dask cluster: a list of
@@ -250,6 +263,8 @@ def sample(
     # by the step and the warm start, after the model gate).
     check_sample_arguments(**{k: v for k, v in locals().items() if k != "model"})
     min_rows = check_min_rows(min_rows)
+    # The step's old keywords in `step_kwargs` into their groups (FutureWarning), once, here.
+    step_kwargs = group_step_options(step_kwargs or {})
     model = pm.modelcontext(model)
     parties = owners if shards is None else shards  # distributed: no warm start, no JAX
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
@@ -288,6 +303,17 @@ def sample(
         step_kwargs,
         PenaltyMetropolis,
         int(sum(np.size(v) for v in model.initial_point().values())),
+    )
+    given_adapt = (step_kwargs.get("proposal") or ProposalPolicy()).adapt
+    # This function's own settings, in the step's groups.
+    step_kwargs["clip"] = dataclasses.replace(
+        step_kwargs.get("clip") or ClipPolicy(),
+        value=clip,
+        mode=clip_mode,
+        count_share=clip_count_share,
+    )
+    step_kwargs["privacy"] = dataclasses.replace(
+        step_kwargs.get("privacy") or PrivacyPolicy(), neighbours=neighbours, min_rows=min_rows
     )
     for name in ("step", "callback"):
         if name in pm_sample_kwargs:
@@ -334,7 +360,7 @@ def sample(
         **plan_args,
     )
     noise_rng = None
-    if (step_kwargs or {}).get("reproducible_noise"):
+    if step_kwargs["privacy"].reproducible_noise:
         noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
     # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
     screen = screen_before_sampling(
@@ -342,8 +368,6 @@ def sample(
     )
     warm: WarmStart | None = None
     taylor: TaylorModel | None = None
-    step_kwargs_given = tuple(step_kwargs or ())
-    step_kwargs = dict(step_kwargs or {})
     if warm_start > 0:
         warm, taylor = run_private_start(
             model,
@@ -370,14 +394,8 @@ def sample(
     # result is unpublished does not apply here.
     step_class: type[PenaltyMetropolis] = PenaltyMetropolis
     if taylor is not None:
-        taylor, step_kwargs, clip = taylor_step_settings(
-            taylor,
-            step_kwargs,
-            given=step_kwargs_given,
-            clip=clip,
-            step_mu=resolved.step_mu,
-            clip_count_share=float(clip_count_share),
-            neighbours=neighbours,
+        taylor, step_kwargs = taylor_step_settings(
+            taylor, step_kwargs, adapt=given_adapt, step_mu=resolved.step_mu
         )
         step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
     with model, warnings.catch_warnings():
@@ -386,12 +404,7 @@ def sample(
             epsilon=budget.epsilon,
             delta=budget.delta,
             plan=resolved.run,
-            clip=clip,
-            clip_mode=clip_mode,
-            neighbours=neighbours,
-            clip_count_share=clip_count_share,
             ledger=ledger,
-            min_rows=min_rows,
             **step_kwargs,
         )
     if "var_names" not in pm_sample_kwargs and not keep_data:

@@ -15,6 +15,7 @@ hands the step what ``pp.sample`` hands it. It lives above :mod:`pymc_penalty.wa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import warnings
 from typing import Any
@@ -38,11 +39,17 @@ from pymc_penalty.planning.plan import (
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.results.publish import taylor_posterior
+from pymc_penalty.sampling.options import (
+    PrivacyPolicy,
+    ProposalPolicy,
+    check_no_other_keywords,
+    fill_defaults,
+    group_step_options,
+)
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
-    SET_BY_SAMPLE,
     check_noise_arguments,
-    check_step_kwargs,
+    check_proposal_arguments,
 )
 from pymc_penalty.sampling.step import PenaltyMetropolis as _Step
 from pymc_penalty.sampling.taylor import (
@@ -226,29 +233,29 @@ def taylor_step_settings(
     taylor: TaylorModel,
     step_kwargs: dict[str, Any],
     *,
-    given: tuple[str, ...],
-    clip: Any,
+    adapt: str | None,
     step_mu: float,
-    clip_count_share: float,
-    neighbours: str,
-) -> tuple[TaylorModel, dict[str, Any], Any]:
-    """What the Taylor path's chains run with: the full covariance adapted (unless ``adapt``
-    was ``given``), no found clip's tail factor (the residual clip is released, not found)
-    and, for ``clip="auto"``, the released residual clip raised to what the chains' noise
-    can carry (:func:`~pymc_penalty.sampling.taylor.noise_limited_clip`; public inputs:
-    the per-step ``step_mu``). Returns the model with that clip, the step's arguments and
-    the clip."""
+) -> tuple[TaylorModel, dict[str, Any]]:
+    """What the Taylor path's chains run with, from the step's grouped arguments
+    (``step_kwargs["clip"]`` a :class:`~pymc_penalty.ClipPolicy`): the full covariance
+    adapted (unless the caller gave ``ProposalPolicy.adapt``: ``adapt``), no found clip's
+    tail factor (the residual clip is released, not found) and, for ``clip="auto"``, the
+    released residual clip raised to what the chains' noise can carry
+    (:func:`~pymc_penalty.sampling.taylor.noise_limited_clip`; public inputs: the per-step
+    ``step_mu``). Returns the model with that clip and the step's arguments."""
     kwargs = dict(step_kwargs)
-    if "adapt" not in given:
-        kwargs["adapt"] = "full"
-    kwargs.pop("clip_tail", None)
-    if isinstance(clip, str) and clip == "auto":
-        lik_mu = math.sqrt(likelihood_mu2(step_mu, 1.0, float(clip_count_share)))
+    proposal = kwargs.get("proposal") or ProposalPolicy()
+    kwargs["proposal"] = dataclasses.replace(proposal, adapt=adapt or "full")
+    clip = dataclasses.replace(kwargs["clip"], tail=None)
+    if isinstance(clip.value, str) and clip.value == "auto":
+        lik_mu = math.sqrt(likelihood_mu2(step_mu, 1.0, float(clip.count_share)))
+        neighbours = (kwargs.get("privacy") or PrivacyPolicy()).neighbours
         taylor = dataclasses.replace(
             taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
         )
-        clip = taylor.residual_clip
-    return taylor, kwargs, clip
+        clip = dataclasses.replace(clip, value=taylor.residual_clip)
+    kwargs["clip"] = clip
+    return taylor, kwargs
 
 
 def warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
@@ -258,6 +265,14 @@ def warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
         "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
         "dp_warm_start_releases": warm.releases if warm is not None else 0,
     }
+
+
+#: The low-level step's arguments (its groups included), which the budgeted step passes on.
+_STEP_ARGUMENTS = frozenset(
+    name
+    for name, p in inspect.signature(_Step.__init__).parameters.items()
+    if name not in ("self", "vars") and p.kind is inspect.Parameter.KEYWORD_ONLY
+)
 
 
 def _seed(rng: Any) -> int | None:
@@ -288,7 +303,7 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
        ``mu^2`` that ``pymc_penalty.sample`` gives it
        (:func:`~pymc_penalty.planning.plan.resolve_warm_start`);
     3. ``method="auto"`` (the Taylor path wherever it applies, as in ``pymc_penalty.sample``:
-       a warm start and ``clip_mode="metric"``): one release of the rows' Taylor sums at
+       a warm start and the clip's mode ``"metric"``): one release of the rows' Taylor sums at
        the warm start's point (:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot`). The
        chains then release only each row's clipped residual after that model
        (:class:`~pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis`), start from the
@@ -303,18 +318,20 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
     not used. ``pm.sample``'s tuning steps past the released ones release nothing and do
     not move, and the step is calibrated to that shorter run (its ``plan``;
     ``tune_release_cap``). On the plain path (``method="penalty"``) the clip is found in
-    tuning from released clipped counts in the proposal's own metric (``clip="auto"``,
-    ``clip_mode="metric"``), the warm start's covariance is the proposal metric ``S``
+    tuning from released clipped counts in the proposal's own metric
+    (``ClipPolicy("auto", mode="metric")``), the warm start's covariance is the proposal
+    metric ``S``
     (only the scaling adapts, from ``2.38 / sqrt(d)``) and each chain releases its first
     ``resolve_tune("auto", draws)`` tuning steps
     (:func:`~pymc_penalty.planning.plan.resolve_tune`). The report of
     :func:`pymc_penalty.finalize` includes every phase (``dp_screen_*``,
     ``dp_warm_start_*``, ``dp_method``, ``dp_taylor_*``).
 
-    Without a budget (``mu`` or ``noise_sd`` only) nothing changes: ``clip=1.0``,
-    ``clip_mode="distance"``, no screen, no warm start. ``clip=1.0,
-    clip_mode="distance", warm_start=0`` gives a budgeted step the earlier defaults (with
-    the screen).
+    Without a budget (``mu`` or ``noise_sd`` only) nothing changes: ``clip=1.0`` in mode
+    ``"distance"``, no screen, no warm start.
+    ``clip=pp.ClipPolicy(1.0, mode="distance"), warm_start=0`` gives a budgeted step the
+    earlier defaults (with the screen). A number for ``clip`` is the constant alone, in
+    mode ``"metric"`` with a budget.
 
     Parameters
     ----------
@@ -330,12 +347,14 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
         Fisher-scoring steps of the warm start (two releases each).
     method : {"auto", "taylor", "penalty"}, default "auto"
         As :func:`pymc_penalty.sample`'s: ``"auto"`` is ``"taylor"`` with a budget, a warm
-        start and ``clip_mode="metric"``, else ``"penalty"`` (the plain penalty walk).
+        start and the clip's mode ``"metric"``, else ``"penalty"`` (the plain penalty walk).
     **kwargs
-        The low-level step's arguments (``epsilon``, ``delta``, ``plan``, ``clip``,
-        ``clip_mode``, ``S``, ``reproducible_noise``, ``rng``, ...). With
-        ``reproducible_noise=True`` the screen's, warm start's and one-shot's noise is
-        seeded from an integer ``rng``, as is the noise-aware posterior of ``finalize``.
+        The low-level step's arguments (``epsilon``, ``delta``, ``plan``, ``S``, ``rng``, the
+        groups ``clip``, ``proposal``, ``privacy``, ...; the old keywords such as
+        ``clip_mode`` with a ``FutureWarning``, once, here). With
+        ``PrivacyPolicy(reproducible_noise=True)`` the screen's, warm start's and one-shot's
+        noise is seeded from an integer ``rng``, as is the noise-aware posterior of
+        ``finalize``.
 
     Raises
     ------
@@ -355,10 +374,17 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
         **kwargs: Any,
     ) -> None:
         model = pm.modelcontext(kwargs.pop("model", None))
-        given = tuple(kwargs)
         budgeted = kwargs.get("epsilon") is not None or kwargs.get("delta") is not None
         check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
         check_method(method)
+        # pp.sample's clip with a budget, else the low-level step's (also for an old
+        # `clip_mode=` given without `clip`).
+        kwargs.setdefault("clip", "auto" if budgeted else 1.0)
+        # The old keywords into their groups, once, here (FutureWarning): everything below
+        # and the steps it builds read the groups.
+        kwargs = group_step_options(kwargs)
+        check_no_other_keywords(kwargs, type(self).__name__, accepted=_STEP_ARGUMENTS)
+        given_adapt = (kwargs.get("proposal") or ProposalPolicy()).adapt
         auto = isinstance(warm_start, str)
         if not budgeted and not (auto or float(warm_start) == 0.0):
             raise InvalidArgumentError(
@@ -370,16 +396,15 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
                 "spends part of it."
             )
         if budgeted:
-            kwargs.setdefault("clip", "auto")
-            kwargs.setdefault("clip_mode", "metric")
-            neighbours = kwargs.get("neighbours", "substitute")
+            clip = kwargs["clip"] = fill_defaults(kwargs["clip"], mode="metric")
+            neighbours = (kwargs.get("privacy") or PrivacyPolicy()).neighbours
             share = resolve_warm_start(warm_start, model, {}, None, neighbours)
             if method == "taylor":
                 check_taylor_arguments(
-                    "pymc", kwargs["clip"], kwargs["clip_mode"], warm_start if share else 0, {}
+                    "pymc", clip.value, clip.mode, warm_start if share else 0, {}
                 )
             method = resolve_method(
-                method, share, backend="pymc", parties=None, clip_mode=kwargs["clip_mode"]
+                method, share, backend="pymc", parties=None, clip_mode=clip.mode
             )
         else:
             share, method = 0.0, "penalty"
@@ -404,14 +429,8 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
             kwargs["plan"] = RunPlan(draws=plan.draws, tune=tune_cap, chains=plan.chains)
         if taylor is not None:
             step_mu = calibrate(available_mu(kwargs["ledger"]), kwargs["plan"], warn_below=0.0)
-            taylor, kwargs, kwargs["clip"] = taylor_step_settings(
-                taylor,
-                kwargs,
-                given=given,
-                clip=kwargs["clip"],
-                step_mu=step_mu,
-                clip_count_share=kwargs.get("clip_count_share", 0.05),
-                neighbours=kwargs.get("neighbours", "substitute"),
+            taylor, kwargs = taylor_step_settings(
+                taylor, kwargs, adapt=given_adapt, step_mu=step_mu
             )
         # The step's construction warnings point at its caller's caller: one frame up here.
         with warnings.catch_warnings(record=True) as caught:
@@ -443,30 +462,31 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
         the screen, the warm start with ``share``, the one-shot with ``taylor``; the step's
         arguments with what they set (and the ledger)."""
         get = kwargs.get
+        clip = kwargs["clip"]
+        privacy = get("privacy") or PrivacyPolicy()
         check_step_arguments(
             epsilon=get("epsilon"),
             delta=get("delta"),
             plan=get("plan"),
-            clip=get("clip"),
-            clip_count_share=get("clip_count_share", 0.05),
-            neighbours=get("neighbours", "substitute"),
-            clip_mode=get("clip_mode"),
+            clip=clip.value,
+            clip_count_share=clip.count_share,
+            neighbours=privacy.neighbours,
+            clip_mode=clip.mode,
         )
         check_noise_arguments(
             get("epsilon"), get("delta"), get("plan"), get("mu"), get("noise_sd"),
-            get("clip"), get("ledger"),
+            clip.value, get("ledger"),
         )  # fmt: skip
         size = int(sum(np.size(v) for v in model.initial_point().values()))
-        others = {k: v for k, v in kwargs.items() if k not in SET_BY_SAMPLE}
-        check_step_kwargs(others, _Step, size)
-        min_rows = check_min_rows(get("min_rows"))
-        neighbours = get("neighbours", "substitute")
+        check_proposal_arguments(kwargs, size)
+        min_rows = check_min_rows(privacy.min_rows)
+        neighbours = privacy.neighbours
         ledger = get("ledger")
         if ledger is None:
             ledger = PrivacyLedger(PrivacyBudget(float(get("epsilon")), float(get("delta"))).mu)
         kwargs = {**kwargs, "ledger": ledger}
         noise_rng = None
-        if get("reproducible_noise"):
+        if privacy.reproducible_noise:
             noise_rng = np.random.default_rng(_seed(get("rng")))
         add_remove = Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE
         screen = screen_before_sampling(

@@ -209,7 +209,8 @@ class ClippingWarning(UserWarning):
     Given by :func:`pymc_penalty.finalize` (and ``pymc_penalty.sample``) when the released
     clipped fraction (``dp_clipped_fraction``, noisy: public) is above 5%. A clip found in
     tuning (``clip="auto"``, the default with a budget) keeps it near 0.2%; a fixed clip
-    (``clip=1.0, clip_mode="distance"``, the earlier default) can clip a quarter of the rows.
+    (``clip=ClipPolicy(1.0, mode="distance")``, the earlier default) can clip a quarter of
+    the rows.
     """
 
 

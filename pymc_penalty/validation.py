@@ -249,13 +249,13 @@ def check_step_arguments(
     if isinstance(clip, str) and clip == CLIP_AUTO:
         if float(clip_count_share) == 0.0:
             raise InvalidArgumentError(
-                "clip='auto' needs `clip_count_share` in (0, 1): the clip is found from the "
-                "released clipped counts."
+                "clip='auto' needs `ClipPolicy.count_share` (`clip_count_share`) in (0, 1): "
+                "the clip is found from the released clipped counts."
             )
         if clip_mode == "lipschitz":
             raise InvalidArgumentError(
-                "clip='auto' cannot be combined with clip_mode='lipschitz', where `clip` is a "
-                "declared bound; use clip_mode='metric' or 'distance'."
+                "clip='auto' cannot be combined with the mode 'lipschitz', where `clip` is a "
+                "declared bound; use the mode 'metric' or 'distance' (`ClipPolicy.mode`)."
             )
     check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
     check_integer("tune_interval", tune_interval, low=1)

@@ -47,7 +47,12 @@ def card_run(
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", pp.UnpublishedResultWarning)
         step = pp.PenaltyMetropolis(
-            epsilon=6.0, delta=1e-5, plan=plan, reproducible_noise=True, rng=seed, **step_kwargs
+            epsilon=6.0,
+            delta=1e-5,
+            plan=plan,
+            privacy=pp.PrivacyPolicy(reproducible_noise=True),
+            rng=seed,
+            **step_kwargs,
         )
         if walk_only:
             step.independent_share = 0.0
@@ -97,7 +102,7 @@ def test_old_defaults_fail_the_same_check():
     # the posterior mean, and finalize says so.
     model, mean, sd = normal_mean_model()
     with pytest.warns(pp.ClippingWarning, match="clipped"):
-        idata, _ = card_run(model, seed=11, clip=1.0, clip_mode="distance", warm_start=0)
+        idata, _ = card_run(model, seed=11, clip=pp.ClipPolicy(1.0, mode="distance"), warm_start=0)
     draws = idata.posterior["mu"].values
     ok, text = posterior_check(draws, stats.norm(mean, sd).cdf, mean)
     assert not ok, text
@@ -185,7 +190,11 @@ def test_bad_input_is_refused_before_anything_is_spent():
             pp.PenaltyMetropolis(mu=0.1, method="taylor")
         with pytest.raises(pp.InvalidArgumentError, match="metric"):
             pp.PenaltyMetropolis(
-                epsilon=2.0, delta=1e-5, ledger=ledger, method="taylor", clip_mode="distance"
+                epsilon=2.0,
+                delta=1e-5,
+                ledger=ledger,
+                method="taylor",
+                clip=pp.ClipPolicy("auto", mode="distance"),
             )
         with pytest.raises(pp.InvalidArgumentError, match="warm_start"):
             pp.PenaltyMetropolis(

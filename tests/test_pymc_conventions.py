@@ -5,8 +5,11 @@ import pymc as pm
 import pytest
 from pymc.step_methods.state import equal_dataclass_values
 
-from pymc_penalty import PenaltyMetropolis
+from pymc_penalty import ClipPolicy, PenaltyMetropolis, PrivacyPolicy, ProposalPolicy
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
+
+#: Noise from the step's seeded generator (reproducible, not private).
+SEEDED = PrivacyPolicy(reproducible_noise=True)
 
 
 def _model():
@@ -45,7 +48,7 @@ def _check_tuning_reset(step, untuned: dict, *, draws: int, tune: int, chains: i
 @pytest.mark.parametrize("clip", [1.0, "auto"])
 def test_tuning_is_reset_per_chain_and_the_last_tuned_values_are_the_ones_used(clip):
     with _model():
-        step = PenaltyMetropolis(noise_sd=1.0, clip=clip, clip_mode="metric", scaling=0.1)
+        step = PenaltyMetropolis(noise_sd=1.0, clip=ClipPolicy(clip, mode="metric"), scaling=0.1)
         untuned = {"scaling": 0.1}
         if clip == "auto":
             untuned["dp_clip"] = step._untuned_clip_adapter.clip
@@ -59,9 +62,7 @@ def _expfam_step():
         pm.Poisson("y", lam, observed=y)
         # rng seeded: the check below needs a step whose held update differs from the last
         # one, which two rejections in a row (accept published as 0 on its grid) do not give.
-        step = ExpFamPenaltyMetropolis(
-            data_bound=50, xi=400.0, scaling=0.1, reproducible_noise=True, rng=1
-        )
+        step = ExpFamPenaltyMetropolis(data_bound=50, xi=400.0, scaling=0.1, privacy=SEEDED, rng=1)
     return model, step
 
 
@@ -78,10 +79,9 @@ def _penalty_step():
     with model:
         step = PenaltyMetropolis(
             noise_sd=1.0,
-            clip="auto",
-            clip_mode="metric",
+            clip=ClipPolicy("auto", mode="metric"),
             scaling=0.1,
-            reproducible_noise=True,
+            privacy=SEEDED,
             rng=1,
         )
     return model, step
@@ -113,7 +113,7 @@ def test_sampling_state_holds_the_pending_tuning_update(make):
 
 def test_sampling_state_round_trips_and_compares():
     with _model():
-        step = PenaltyMetropolis(noise_sd=1.0, clip="auto", clip_mode="metric")
+        step = PenaltyMetropolis(noise_sd=1.0, clip=ClipPolicy("auto", mode="metric"))
         pm.sample(
             draws=5,
             tune=30,
@@ -159,19 +159,25 @@ def test_accepted_is_float64_as_in_pm_metropolis():
 
 def test_tune_interval_is_a_deprecated_name_of_adapt_window():
     """``tune_interval`` means something else in pm.Metropolis (steps between scaling
-    updates): the window length is ``adapt_window``; the old name still works, warned."""
+    updates): the window length is ``ProposalPolicy.adapt_window``; the old names still
+    work, warned."""
     with _model():
-        new = PenaltyMetropolis(noise_sd=1.0, adapt_window=37)
+        new = PenaltyMetropolis(noise_sd=1.0, proposal=ProposalPolicy(adapt_window=37))
         with pytest.warns(FutureWarning, match="`tune_interval` is renamed `adapt_window`"):
             old = PenaltyMetropolis(noise_sd=1.0, tune_interval=37)
+        with pytest.warns(FutureWarning, match="`adapt_window` is deprecated"):
+            flat = PenaltyMetropolis(noise_sd=1.0, adapt_window=37)
         default = PenaltyMetropolis(noise_sd=1.0)
-        assert new.adapter.window == old.adapter.window == 37
+        assert new.adapter.window == old.adapter.window == flat.adapter.window == 37
         assert default.adapter.window == 100
-        with pytest.raises(ValueError, match="Give `adapt_window` only"):
+        with pytest.raises(ValueError, match="`adapt_window` and `tune_interval` both set"):
             PenaltyMetropolis(noise_sd=1.0, adapt_window=37, tune_interval=37)
-        with pytest.raises(ValueError, match="`adapt_window` must be an integer >= 1"):
-            PenaltyMetropolis(noise_sd=1.0, adapt_window=0)
-        with pytest.raises(ValueError, match="`tune_interval` must be an integer >= 1"):
+        with pytest.raises(ValueError, match="`ProposalPolicy.adapt_window` must be an integer"):
+            PenaltyMetropolis(noise_sd=1.0, proposal=ProposalPolicy(adapt_window=0))
+        with (
+            pytest.warns(FutureWarning, match="tune_interval"),
+            pytest.raises(ValueError, match="given as the deprecated `tune_interval`"),
+        ):
             PenaltyMetropolis(noise_sd=1.0, tune_interval=2.5)
 
 

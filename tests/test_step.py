@@ -12,9 +12,17 @@ import pytest
 from conftest import _mcse
 from pymc.blocking import DictToArrayBijection
 
-from pymc_penalty import ModelNotPrivateError, NotPrivateWarning, PenaltyMetropolis
+from pymc_penalty import (
+    ClipPolicy,
+    ModelNotPrivateError,
+    NotPrivateWarning,
+    PenaltyMetropolis,
+    PrivacyPolicy,
+)
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
+#: Noise from the step's seeded generator (reproducible, not private).
+SEEDED = PrivacyPolicy(reproducible_noise=True)
 
 
 @pytest.fixture
@@ -63,7 +71,10 @@ def test_sensitivity_follows_the_neighbour_relation(normal_model):
     for relation in ("substitute", "add_remove"):
         with normal_model:
             step = PenaltyMetropolis(
-                noise_sd=1.0, clip=3.0, clip_mode="constant", neighbours=relation, rng=5
+                noise_sd=1.0,
+                clip=ClipPolicy(3.0, mode="constant"),
+                privacy=PrivacyPolicy(neighbours=relation),
+                rng=5,
             )
         _, stats = step.step(point)
         sens[relation] = stats[0]["dp_sensitivity"]
@@ -74,10 +85,9 @@ def test_clipped_fraction_is_noisy_when_private_and_exact_otherwise(normal_model
     point = normal_model.initial_point()
     with normal_model:
         # A tiny constant bound clips every ratio: the exact fraction would be exactly 1.
-        private = PenaltyMetropolis(noise_sd=1.0, clip=1e-9, clip_mode="constant", rng=1)
-        exact = PenaltyMetropolis(
-            noise_sd=1.0, clip=1e-9, clip_mode="constant", reproducible_noise=True, rng=1
-        )
+        tiny = ClipPolicy(1e-9, mode="constant")
+        private = PenaltyMetropolis(noise_sd=1.0, clip=tiny, rng=1)
+        exact = PenaltyMetropolis(noise_sd=1.0, clip=tiny, privacy=SEEDED, rng=1)
     fractions = [private.step(point)[1][0]["dp_clipped_fraction"] for _ in range(5)]
     assert all(f != 1.0 for f in fractions)
     assert exact.step(point)[1][0]["dp_clipped_fraction"] == 1.0
@@ -87,7 +97,8 @@ def test_clipped_fraction_is_noisy_when_private_and_exact_otherwise(normal_model
 def test_noise_does_not_follow_random_seed_unless_reproducible(normal_model):
     def draws(seed, reproducible):
         with normal_model:
-            step = PenaltyMetropolis(noise_sd=3.0, clip=None, reproducible_noise=reproducible)
+            privacy = PrivacyPolicy(reproducible_noise=reproducible)
+            step = PenaltyMetropolis(noise_sd=3.0, clip=None, privacy=privacy)
             pm.sample(draws=30, tune=0, chains=1, step=step, random_seed=seed, **QUIET)
         # Read the noise stream itself: the published `accept` sits on a coarse grid
         # (pymc_penalty.privacy.precision), so two runs with other noise can publish the same.
@@ -103,7 +114,7 @@ def test_same_seed_same_draws_with_one_or_two_cores(normal_model):
     out = {}
     for cores in (1, 2):
         with normal_model:
-            step = PenaltyMetropolis(noise_sd=1.0, clip=None, reproducible_noise=True)
+            step = PenaltyMetropolis(noise_sd=1.0, clip=None, privacy=SEEDED)
             out[cores] = pm.sample(
                 draws=100, tune=100, chains=2, cores=cores, step=step, random_seed=42, **QUIET
             )
@@ -152,7 +163,7 @@ def test_adaptation_reaches_a_far_badly_scaled_posterior():
         b = pm.Normal("b", 0.0, 100.0)
         pm.Normal("ya", a, 0.01, observed=ya)
         pm.Normal("yb", b, 10.0, observed=yb)
-        step = PenaltyMetropolis(noise_sd=1.0, clip=None, reproducible_noise=True)
+        step = PenaltyMetropolis(noise_sd=1.0, clip=None, privacy=SEEDED)
         idata = pm.sample(draws=2000, tune=3000, chains=4, step=step, random_seed=2, **QUIET)
     import arviz as az
 
@@ -171,7 +182,7 @@ def test_float32(normal_model):
         with pm.Model():
             m = pm.Normal("m", 0.0, 10.0)
             pm.Normal("y", m, 1.0, observed=rng.normal(1.0, 1.0, size=50).astype("float32"))
-            step = PenaltyMetropolis(noise_sd=1.0, clip=None, reproducible_noise=True)
+            step = PenaltyMetropolis(noise_sd=1.0, clip=None, privacy=SEEDED)
             idata = pm.sample(draws=300, tune=300, chains=1, step=step, random_seed=1, **QUIET)
     assert idata.posterior["m"].dtype == np.float32
     assert abs(float(idata.posterior["m"].mean()) - 1.0) < 0.5
@@ -276,11 +287,14 @@ def test_refuses_data_dependent_prior():
         (dict(noise_sd=1.0, mu=0.1), "noise_sd"),
         (dict(), "noise_sd"),
         (dict(noise_sd=1.0, scaling=0.0), "scaling"),
-        (dict(noise_sd=1.0, neighbours="swap"), "neighbours"),
-        (dict(noise_sd=1.0, clip_mode="auto"), "clip_mode"),
+        (dict(noise_sd=1.0, privacy=PrivacyPolicy), "privacy"),
+        (dict(noise_sd=1.0, proposal=3), "proposal"),
         (dict(noise_sd=1.0, S=np.ones(7)), "S"),
         (dict(noise_sd=1.0, proposal_dist=pm.CauchyProposal), "proposal_dist"),
-        (dict(noise_sd=1.0, clip_count_share=1.0), "clip_count_share"),
+        (dict(epsilon=1.0, delta=1e-5, clip=ClipPolicy(None)), "clip"),
+        (dict(noise_sd=1.0, clip=ClipPolicy("auto", mode="lipschitz")), "clip"),
+        (dict(noise_sd=1.0, clip=ClipPolicy("auto", count_share=0.0)), "ClipPolicy.count_share"),
+        (dict(noise_sd=1.0, bogus=1), "bogus"),
     ],
 )
 def test_bad_arguments_name_the_argument(normal_model, kwargs, argument):
@@ -293,7 +307,7 @@ def test_not_private_configurations_warn(normal_model):
         with pytest.warns(NotPrivateWarning, match="NOT differentially private"):
             PenaltyMetropolis(noise_sd=1.0, clip=None)
         with pytest.warns(NotPrivateWarning, match="reproducible"):
-            PenaltyMetropolis(noise_sd=1.0, reproducible_noise=True)
+            PenaltyMetropolis(noise_sd=1.0, privacy=SEEDED)
 
 
 def test_data_dependent_deterministic_warns():
@@ -332,7 +346,7 @@ def test_lipschitz_bound_sets_an_l1_sensitivity_and_never_clips_when_true():
     point = model.initial_point()
     with model:
         step = PenaltyMetropolis(
-            noise_sd=1.0, clip=1.0, clip_mode="lipschitz", reproducible_noise=True, rng=3
+            noise_sd=1.0, clip=ClipPolicy(1.0, mode="lipschitz"), privacy=SEEDED, rng=3
         )
     x0 = point["beta"]
     checked = 0
@@ -353,7 +367,7 @@ def test_a_false_lipschitz_claim_is_clipped_and_counted():
     point = model.initial_point()
     with model:
         step = PenaltyMetropolis(
-            noise_sd=1.0, clip=0.01, clip_mode="lipschitz", reproducible_noise=True, rng=3
+            noise_sd=1.0, clip=ClipPolicy(0.01, mode="lipschitz"), privacy=SEEDED, rng=3
         )
     fractions = [step.step(point)[1][0]["dp_clipped_fraction"] for _ in range(20)]
     assert max(fractions) > 0.5
@@ -380,7 +394,7 @@ def _interleaved_accepts(copier) -> list[float]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             s1 = PenaltyMetropolis(
-                noise_sd=1e-3, clip=None, reproducible_noise=True, S=np.full(2, 0.05), tune=False
+                noise_sd=1e-3, clip=None, privacy=SEEDED, S=np.full(2, 0.05), tune=False
             )
     s2 = copier(s1)
     s1.set_rng(np.random.default_rng(1))
@@ -409,7 +423,7 @@ def test_same_shape_set_data_is_seen_by_the_cached_state():
     # cached vector still held the old rows (accept 3e-12 against 1.0 from a fresh step).
     rng = np.random.default_rng(0)
     y0 = rng.normal(size=200)
-    kwargs = dict(noise_sd=1e-6, clip=None, S=np.full(1, 0.01), tune=False, reproducible_noise=True)
+    kwargs = dict(noise_sd=1e-6, clip=None, S=np.full(1, 0.01), tune=False, privacy=SEEDED)
     with pm.Model() as model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yd = pm.Data("yd", y0)

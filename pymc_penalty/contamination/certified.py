@@ -30,7 +30,7 @@ model has no bound at all (its normaliser makes ``f(b | theta)`` grow without li
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ from pymc_penalty.contamination.models import (
     RecordDomain,
 )
 from pymc_penalty.errors import ModelNotPrivateError
+from pymc_penalty.sampling.options import ClipPolicy, group_step_options
 
 __all__ = ["CertifiedBound", "certified_bound", "certified_step"]
 
@@ -88,8 +89,9 @@ class CertifiedBound:
     domain: RecordDomain
 
     def step_kwargs(self) -> dict[str, Any]:
-        """``clip`` and ``clip_mode`` for :class:`~pymc_penalty.PenaltyMetropolis`."""
-        return {"clip": self.clip, "clip_mode": self.clip_mode}
+        """``clip=`` for :class:`~pymc_penalty.PenaltyMetropolis`: a
+        :class:`~pymc_penalty.ClipPolicy` with this bound as its value and mode."""
+        return {"clip": ClipPolicy(self.clip, mode=self.clip_mode)}
 
 
 def _refuse(reason: str) -> ModelNotPrivateError:
@@ -337,7 +339,8 @@ def certified_step(
         step clips at the bound, but its chain may clip and be biased.
     **step_kwargs
         Passed to :class:`~pymc_penalty.PenaltyMetropolis` (``epsilon``, ``delta``,
-        ``plan``, ``neighbours``...); ``clip`` and ``clip_mode`` are set here.
+        ``plan``, ``privacy``...); the clip's value and mode are set here (a ``clip``
+        group may give its ``count_share``).
 
     Returns
     -------
@@ -349,17 +352,22 @@ def certified_step(
     ModelNotPrivateError
         If no finite bound exists (see :func:`certified_bound`); before any ledger exists.
     ValueError
-        If ``clip`` or ``clip_mode`` is given, or the PyMC model's likelihood does not match
-        ``(rate, g)``.
+        If the clip's value or mode is given (``clip``, ``clip_mode``), or the PyMC model's
+        likelihood does not match ``(rate, g)``.
     """
     from pymc_penalty.sampling.step import PenaltyMetropolis
 
-    for key in ("clip", "clip_mode"):
-        if key in step_kwargs:
-            raise ValueError(f"`{key}` is set by certified_step from the certified bound.")
+    step_kwargs = group_step_options(step_kwargs)  # the old keywords (FutureWarning)
+    clip = step_kwargs.pop("clip", None) or ClipPolicy()
+    if clip.value != ClipPolicy().value or clip.mode is not None:
+        raise ValueError(
+            "`clip` is set by certified_step from the certified bound (ClipPolicy.value and "
+            "mode; `clip_mode` too)."
+        )
     bound = certified_bound(model, rate, domain, kind=kind)
     pymc_model = pm.modelcontext(pymc_model)
     _check_tags(pymc_model, bound)
-    step = PenaltyMetropolis(model=pymc_model, **bound.step_kwargs(), **step_kwargs)
+    clip = replace(clip, value=bound.clip, mode=bound.clip_mode)
+    step = PenaltyMetropolis(model=pymc_model, clip=clip, **step_kwargs)
     step.certified_bound = bound
     return step

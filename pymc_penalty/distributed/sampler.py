@@ -34,6 +34,7 @@ from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, Owner, OwnerPool
 from pymc_penalty.errors import DistributedSamplingError
 from pymc_penalty.privacy.budget import PrivacyBudget, calibrate
 from pymc_penalty.results.publish import finalize_result
+from pymc_penalty.sampling.options import group_step_options
 from pymc_penalty.variants.owners import owner_report
 from pymc_penalty.warmstart import WARM_START_STEPS
 
@@ -246,6 +247,22 @@ _DEFAULTS = {
 }
 
 
+def _flat_proposal(step_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """pp.sample's ``step_kwargs`` (grouped: the step's old keywords warn there) with a
+    ``ProposalPolicy`` of block moves as the distributed sampler's own arguments (``adapt``,
+    ``target_accept``, ``adapt_window``); another stays, to be refused by name."""
+    kwargs = group_step_options(step_kwargs)
+    proposal = kwargs.get("proposal")
+    if proposal is None or proposal.kind != "block" or proposal.max_step is not None:
+        return kwargs
+    del kwargs["proposal"]
+    if proposal.adapt is not None:
+        kwargs["adapt"] = proposal.adapt
+    kwargs["target_accept"] = proposal.target_accept
+    kwargs["adapt_window"] = proposal.adapt_window
+    return kwargs
+
+
 def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
     """``pp.sample(..., owners=[...] or shards=[...], cluster=...)``: check that every
     argument has a meaning here (a clear error naming it otherwise, before anything starts),
@@ -259,7 +276,7 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
     for name, default in _DEFAULTS.items():
         if args.get(name, default) != default:
             raise ValueError(f"`{name}` is not available with `{party}` (distributed sampling).")
-    step_kwargs = dict(args.get("step_kwargs") or {})
+    step_kwargs = _flat_proposal(args.get("step_kwargs") or {})
     unknown = sorted(set(step_kwargs) - set(_STEP_KWARGS))
     if unknown:
         raise ValueError(

@@ -143,8 +143,9 @@ def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
             "Under add/remove-one neighbours without `min_rows`, the model gate's shape rules "
             "compare lengths with the private number of rows, so whether a model is refused "
             "can depend on whether one record is in the table (a refusal spends nothing). "
-            "Pass `min_rows`, a public lower bound on the rows fixed without looking at the "
-            "table, to make every refusal a function of public inputs only.",
+            "Pass `min_rows` (pymc_penalty.sample's, or a step's PrivacyPolicy.min_rows), a "
+            "public lower bound on the rows fixed without looking at the table, to make every "
+            "refusal a function of public inputs only.",
             MembershipWarning,
             stacklevel=2,
         )

@@ -17,6 +17,7 @@ from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.privacy.budget import RunPlan
 from pymc_penalty.sampling.adaptation import RW_SCALE
 from pymc_penalty.sampling.adaptation.clip import clip_target_fraction
+from pymc_penalty.sampling.options import ClipPolicy, PrivacyPolicy, ProposalPolicy, fill_defaults
 from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.warmstart import WarmStart, split_point
 from pymc_penalty.warmstart.scoring import settled_clip
@@ -281,10 +282,11 @@ def warm_step_kwargs(
     warm: WarmStart, neighbours: Any, step_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The :class:`PenaltyMetropolis` arguments a warm start sets, merged under
-    ``step_kwargs`` (a value given there is kept): the proposal metric, its scaling, the
-    found clip's tail factor and, under add/remove-one, the released row count. Public
-    values only (no privacy cost); ``pymc_penalty.sample`` and a budgeted step's own warm
-    start both use it."""
+    ``step_kwargs`` (grouped, :func:`~pymc_penalty.sampling.options.group_step_options`; a
+    value given there is kept): the proposal metric, its scaling and ``ProposalPolicy.adapt``,
+    the found clip's ``ClipPolicy.tail`` and, under add/remove-one, the released row count
+    (``PrivacyPolicy.released_rows``). Public values only (no privacy cost);
+    ``pymc_penalty.sample`` and a budgeted step's own warm start both use it."""
     kwargs = dict(step_kwargs or {})
     if "S" not in kwargs:
         # Keep the warm start's metric: only the scaling adapts. The chain's own
@@ -293,14 +295,16 @@ def warm_step_kwargs(
         # 1.04, 2.6), and a proposal frozen at the posterior's shape is what the metric
         # clip assumes. The step starts at the random-walk scale 2.38 / sqrt(d).
         kwargs["S"] = positive_definite(warm.covariance)
-        kwargs.setdefault("adapt", "scaling")
+        proposal = kwargs.get("proposal") or ProposalPolicy()
+        kwargs["proposal"] = fill_defaults(proposal, adapt="scaling")
         kwargs.setdefault("scaling", RW_SCALE / math.sqrt(warm.point.size))
     # Rows with heavier tails than Gaussian: the found clip starts higher, by the warm
     # start's own found clip (released values only).
-    kwargs.setdefault("clip_tail", clip_tail(warm))
+    kwargs["clip"] = fill_defaults(kwargs.get("clip") or ClipPolicy(), tail=clip_tail(warm))
     if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:
         # n is private: a found clip starts from the warm start's released count (from
         # 1, the chains' noise stayed too large through the 200 tuning steps a warm
         # start gets: gauss n = 1e4, epsilon = 6, R-hat 2.4-3.1).
-        kwargs.setdefault("released_rows", warm.n_rows)
+        privacy = kwargs.get("privacy") or PrivacyPolicy()
+        kwargs["privacy"] = fill_defaults(privacy, released_rows=warm.n_rows)
     return kwargs

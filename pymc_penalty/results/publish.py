@@ -267,8 +267,9 @@ def warn_clipping(idata: az.InferenceData) -> None:
         warnings.warn(
             f"{fraction:.0%} of the rows' log-likelihood ratios were clipped (released "
             "dp_clipped_fraction): the draws follow a clipped, biased likelihood, and the "
-            "report's Monte Carlo error does not include that bias. Use clip='auto' with "
-            "clip_mode='metric' (the default with a budget), or a larger clip.",
+            "report's Monte Carlo error does not include that bias. Use a clip found in "
+            "tuning in the proposal's metric (clip=ClipPolicy('auto', mode='metric'), "
+            "pp.sample's clip_mode='metric': the default with a budget), or a larger clip.",
             ClippingWarning,
             stacklevel=3,
         )

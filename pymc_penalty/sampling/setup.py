@@ -10,9 +10,11 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
+import pymc as pm
 from pymc.step_methods.metropolis import MultivariateNormalProposal, NormalProposal
 
 from pymc_penalty.errors import (
@@ -22,7 +24,12 @@ from pymc_penalty.errors import (
     UnpublishedResultWarning,
 )
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
-from pymc_penalty.sampling.adaptation import ADAPT_MODES, PROPOSAL_KINDS
+from pymc_penalty.sampling.options import (
+    DEFAULT_ADAPT_WINDOW,
+    TUNE_INTERVAL_RENAMED,
+    check_no_other_keywords,
+    group_step_options,
+)
 from pymc_penalty.validation import check_integer, check_step_arguments
 
 __all__ = [
@@ -34,12 +41,15 @@ __all__ = [
     "Ledger",
     "NotPrivateWarning",
     "UnpublishedResultWarning",
+    "begin_step",
     "check_blocked",
     "check_budget_ledger",
     "check_noise_arguments",
     "check_positive",
-    "check_proposal_options",
+    "check_proposal_arguments",
+    "check_proposal_dist",
     "check_proposal_shape",
+    "check_step_kwargs",
     "declare_clip_stat",
     "declare_proposal_stat",
     "parse_budget",
@@ -148,12 +158,28 @@ def check_blocked(blocked: Any) -> None:
         )
 
 
-#: Default length of the first covariance-adaptation window (``adapt_window``).
-DEFAULT_ADAPT_WINDOW = 100
+def begin_step(
+    step: Any, model: Any, blocked: Any, keywords: dict[str, Any], groups: tuple[str, ...]
+) -> tuple[Any, dict[str, Any]]:
+    """What every penalty step does first: its model (the context's by default), the refusal
+    of ``blocked=False``, and its ``keywords`` (its groups and the old keywords) grouped
+    (:func:`~pymc_penalty.sampling.options.group_step_options`; anything else refused).
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    model = pm.modelcontext(model)
+    check_blocked(blocked)
+    grouped = group_step_options(keywords, groups=groups)
+    check_no_other_keywords(grouped, type(step).__name__, accepted=groups)
+    return model, grouped
 
 
 def resolve_adapt_window(adapt_window: Any, tune_interval: Any) -> int:
-    """The adaptation window from ``adapt_window`` or its deprecated name ``tune_interval``.
+    """The adaptation window from ``adapt_window`` or its deprecated name ``tune_interval``
+    (the arguments of :func:`pymc_penalty.distributed.sample`; the steps take
+    ``ProposalPolicy.adapt_window``, :mod:`pymc_penalty.sampling.options`).
 
     In ``pm.Metropolis``, ``tune_interval`` is the number of steps between updates of the
     scaling; in the penalty steps it has always been the length of the first
@@ -176,10 +202,7 @@ def resolve_adapt_window(adapt_window: Any, tune_interval: Any) -> int:
         )
     window = check_integer("tune_interval", tune_interval, low=1)
     warnings.warn(
-        "`tune_interval` is renamed `adapt_window` (the length of the first covariance-"
-        "adaptation window; windows then double, and the scaling adapts every step). In "
-        "pm.Metropolis `tune_interval` means the steps between scaling updates, which is not "
-        "what it does here. It will be removed in a future release.",
+        TUNE_INTERVAL_RENAMED + " It will be removed in a future release.",
         FutureWarning,
         stacklevel=3,
     )
@@ -231,19 +254,15 @@ def _declare_stat(step: Any, name: str, dtype: Any, shape: list) -> None:
     step.stats_dtypes = [{key: dt for key, (dt, _) in shapes.items()}]
 
 
-def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_dist: Any) -> None:
-    """Check the proposal's options (what adapts, its kind, its step bound and distribution).
+def check_proposal_dist(proposal_dist: Any) -> None:
+    """Check ``proposal_dist`` (the proposal's other options are checked by
+    :class:`~pymc_penalty.ProposalPolicy`).
 
     Raises
     ------
     ValueError
         Naming the argument and the accepted values.
     """
-    if adapt not in ADAPT_MODES:
-        raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
-    if proposal not in PROPOSAL_KINDS:
-        raise ValueError(f"`proposal` must be one of {PROPOSAL_KINDS}; got {proposal!r}.")
-    check_positive("max_step", max_step, allow_none=True)
     if proposal_dist not in (None, NormalProposal, MultivariateNormalProposal):
         raise ValueError(
             "`proposal_dist` must be pm.NormalProposal or pm.MultivariateNormalProposal: "
@@ -252,17 +271,22 @@ def check_proposal_options(adapt: str, proposal: str, max_step: Any, proposal_di
 
 
 #: Step arguments ``pymc_penalty.sample`` sets itself (not accepted in its ``step_kwargs``).
-SET_BY_SAMPLE = frozenset(
-    {"epsilon", "delta", "plan", "clip", "clip_mode", "neighbours", "clip_count_share"}
-    | {"ledger", "model", "vars", "noise_sd", "mu", "min_rows"}
-)
+SET_BY_SAMPLE = frozenset({"epsilon", "delta", "plan", "ledger", "model", "vars", "noise_sd", "mu"})
+
+#: Fields of the step's groups that ``pymc_penalty.sample`` sets from its own arguments
+#: (group -> field -> argument): a group in its ``step_kwargs`` leaves them at their defaults.
+SET_BY_SAMPLE_FIELDS = {
+    "clip": {"value": "clip", "mode": "clip_mode", "count_share": "clip_count_share"},
+    "privacy": {"neighbours": "neighbours", "min_rows": "min_rows"},
+}
 
 
 def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
-    """``pymc_penalty.sample``'s ``step_kwargs``, checked as ``step_class`` checks them but
-    before anything is spent (the warm start spends before the step is built): unknown names
-    and the ones ``sample`` sets, the proposal's options and shape (``size``: the raveled
-    parameter count), and the numbers the step checks.
+    """``pymc_penalty.sample``'s ``step_kwargs`` (its old keywords already grouped:
+    :func:`~pymc_penalty.sampling.options.group_step_options`), checked as ``step_class``
+    checks them but before anything is spent (the warm start spends before the step is
+    built): unknown names and the ones ``sample`` sets, the group fields it sets, and the
+    proposal's distribution, shape (``size``: the raveled parameter count) and scaling.
 
     Raises
     ------
@@ -270,30 +294,41 @@ def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
         Naming the argument and the accepted range.
     """
     kwargs = dict(step_kwargs or {})
-    accepted = set(inspect.signature(step_class.__init__).parameters) - {"self"} - SET_BY_SAMPLE
-    unknown = sorted(set(kwargs) - accepted)
+    params = inspect.signature(step_class.__init__).parameters
+    named = {k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    unknown = sorted(set(kwargs) - (named - {"self"} - SET_BY_SAMPLE))
     if unknown:
         raise InvalidArgumentError(
             f"`step_kwargs` has {unknown}: not arguments of {step_class.__name__} that "
             f"pymc_penalty.sample passes on (it sets {sorted(SET_BY_SAMPLE)} itself)."
         )
-    check_proposal_options(
-        kwargs.get("adapt", "full"),
-        kwargs.get("proposal", "block"),
-        kwargs.get("max_step"),
-        kwargs.get("proposal_dist"),
-    )
+    for group, fields in SET_BY_SAMPLE_FIELDS.items():
+        policy = kwargs.get(group)
+        if policy is None:
+            continue
+        default = type(policy)()
+        for field, argument in fields.items():
+            if getattr(policy, field) != getattr(default, field):
+                raise InvalidArgumentError(
+                    f"`step_kwargs` sets {type(policy).__name__}.{field}, which "
+                    f"pymc_penalty.sample sets from its own `{argument}`: pass it there."
+                )
+    check_proposal_arguments(kwargs, size)
+
+
+def check_proposal_arguments(kwargs: Mapping[str, Any], size: int) -> None:
+    """The step's top-level proposal arguments, before anything is spent: ``proposal_dist``,
+    the shape of ``S`` (``size``: the raveled parameter count) and ``scaling``.
+
+    Raises
+    ------
+    InvalidArgumentError or ValueError
+    """
+    check_proposal_dist(kwargs.get("proposal_dist"))
     if kwargs.get("S") is not None:
         check_proposal_shape(kwargs["S"], size)
-    for name in ("adapt_window", "tune_interval"):
-        if kwargs.get(name) is not None:
-            check_integer(name, kwargs[name], low=1)
-    numbers = {
-        k: kwargs[k]
-        for k in ("target_accept", "scaling", "released_rows", "clip_tail")
-        if k in kwargs
-    }
-    check_step_arguments(**numbers)
+    if "scaling" in kwargs:
+        check_step_arguments(scaling=kwargs["scaling"])
 
 
 def check_proposal_shape(S: Any, size: int) -> np.ndarray:

@@ -50,17 +50,24 @@ from pymc_penalty.sampling.kernel import (
     transition,
 )
 from pymc_penalty.sampling.noise_source import PrivateNoiseMixin
+from pymc_penalty.sampling.options import (
+    GROUPS,
+    ClipPolicy,
+    PrivacyPolicy,
+    ProposalPolicy,
+    fill_defaults,
+)
 from pymc_penalty.sampling.setup import (
     CLIP_STAT,
     DEFAULT_PLAN,
     PROPOSAL_STAT,
     Ledger,
+    begin_step,
     check_blocked,
     check_noise_arguments,
-    check_proposal_options,
+    check_proposal_dist,
     declare_clip_stat,
     declare_proposal_stat,
-    resolve_adapt_window,
     warn_data_deterministics,
     warn_not_private,
 )
@@ -76,7 +83,6 @@ __all__ = [
     "UnpublishedResultWarning",
     "check_blocked",
     "declare_proposal_stat",
-    "resolve_adapt_window",
 ]
 
 
@@ -99,12 +105,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         Proposal standard deviations (1-D) or covariance (2-D) on the unconstrained space.
         Defaults to ones, or with ``clip="auto"`` under substitute-one neighbours to
         ``1 / sqrt(n)``, the scale of a posterior informed by n rows, in which the found clip
-        starts (:func:`pymc_penalty.sampling.adaptation.starting_sd`). A given ``S`` is taken for
-        the
-        posterior's shape (as ``pymc_penalty.sample`` passes the warm start's covariance): a
-        found clip then starts at the Gaussian tail's constant in that metric and only moves
-        up, when the released counts show heavier tails (:class:`~pymc_penalty.sampling.adaptation.
-        ClipAdapter`, ``probe=False``).
+        starts (:func:`pymc_penalty.sampling.adaptation.starting_sd`). A given ``S`` is taken
+        for the posterior's shape (as ``pymc_penalty.sample`` passes the warm start's
+        covariance): a found clip then starts at the Gaussian tail's constant in that metric
+        and only moves up, when the released counts show heavier tails
+        (:class:`~pymc_penalty.sampling.adaptation.ClipAdapter`, ``probe=False``).
     proposal_dist : type, optional
         ``pm.NormalProposal`` or ``pm.MultivariateNormalProposal`` (picked from ``S``'s
         dimension when omitted). The step always draws one blocked, symmetric move.
@@ -112,13 +117,6 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         Initial global scale factor of the proposal.
     tune : bool, default True
         Adapt the proposal during tuning (from released outcomes only: no privacy cost).
-    adapt_window : int, default 100
-        Length of the first covariance-adaptation window; windows double afterwards (the
-        scaling adapts at every tuning step). With ``clip="auto"`` the clip is re-estimated
-        every ``adapt_window // 2`` tuning steps.
-    tune_interval : int, optional
-        Deprecated name of ``adapt_window`` (``FutureWarning``). It is not ``pm.Metropolis``'s
-        ``tune_interval`` (steps between scaling updates).
     epsilon, delta : float, optional
         The privacy budget, ``epsilon`` in ``(0, inf)`` and ``delta`` in ``(0, 1)``: the
         recommended way to make the step private. The step calibrates its per-step ``mu`` so
@@ -138,65 +136,6 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         length, removes chains that released no draw, and warns
         (:class:`~pymc_penalty.PlanMismatchWarning`). A shorter run leaves budget unspent,
         and ``finalize`` warns too.
-    noise_sd : float, optional
-        Fixed noise standard deviation ``sigma``.
-    mu : float, optional
-        Per-step Gaussian-DP parameter: ``sigma = Delta / mu`` where ``Delta`` is the L2
-        sensitivity of this step's release. Requires a finite ``clip``.
-    clip : float or None, default 1.0
-        Clip constant. With ``clip_mode="distance"`` the bound is
-        ``B = clip * ||theta' - theta||_2``; with ``"metric"``,
-        ``B = clip * ||L^-1 (theta' - theta)||_2`` where ``L`` is the proposal's Cholesky
-        factor (``S``'s, then the tuned one: public, built from released states); with
-        ``"constant"``, ``B = clip``. ``None`` means
-        no clipping: exact but unbounded sensitivity, so not private (allowed with
-        ``noise_sd`` only; a :class:`NotPrivateWarning` says so).
-    clip_mode : {"distance", "metric", "constant", "lipschitz"}, default "distance"
-        How ``B`` depends on the proposal. ``"lipschitz"``: ``clip`` is a declared bound ``M``
-        on every ``|d log p(y_i | theta) / d theta_j|`` (on the unconstrained space) and
-        ``B = M * ||theta' - theta||_1``; violations are still clipped and counted
-        (``dp_clipped_fraction``), so the guarantee never rests on the declaration, and with
-        none the chain is exact.
-    neighbours : {"substitute", "add_remove"}, default "substitute"
-        Neighbour relation: ``Delta = 2B`` for substitute-one, ``B`` for add/remove-one.
-    adapt : {"full", "diag", "scaling", "none"}, default "full"
-        What the proposal adapts during tuning.
-    proposal : {"block", "component", "guided"}, default "block"
-        ``"block"`` moves all coordinates at once; ``"component"`` moves one random coordinate
-        per step; ``"guided"`` moves one random coordinate in its persistent direction, which
-        flips on rejection (Gustafson's guided walk). Each is one release per step.
-    max_step : float, optional
-        Bound every coordinate's move, ``|theta'_j - theta_j| < max_step`` (moves beyond it are
-        redrawn, which keeps the proposal symmetric), as the arXiv paper's Theorem 1 assumes.
-    target_accept : float, default 0.234
-        Target mean acceptance probability for the scaling adaptation.
-    clip_count_share : float, default 0.05
-        Share of each private step's ``mu^2`` spent on releasing the number of clipped
-        datapoints with Gaussian noise (reported as ``dp_clipped_fraction``). Set to 0 to
-        spend nothing on it; the statistic is then NaN.
-    clip_tail : float, default 1.0
-        With ``clip="auto"``: the found clip starts at this many times its Gaussian-tail
-        start (``>= 1``), for rows whose ratios are known, from released values, to have
-        heavier tails (``pymc_penalty.sample`` passes one from the private warm start's found
-        clip, :func:`pymc_penalty.planning.plan.clip_tail`). Public: it costs no privacy.
-    released_rows : float, optional
-        A released (noisy, hence public) count of the datapoints, e.g. the private warm
-        start's under add/remove-one neighbours (``WarmStart.n_rows``; ``pymc_penalty.sample``
-        passes it). Under add/remove-one, where n is private, a found clip (and a default
-        ``S``) then start from it as they start from n under substitute-one, instead of from
-        1; the clip still adapts toward one clipped row per release. Ignored under
-        substitute-one. It must be public: a count computed from the data without noise
-        would publish n through the clip (``dp_clip``).
-    min_rows : int, optional
-        Under add/remove-one neighbours, a public lower bound (``>= 2``) on the number of
-        datapoints, fixed without looking at the table. The model gate's shape rules (which
-        arrays could hold records, which published lengths could be ``n``) then compare
-        lengths with it instead of the private ``n``, so no refusal depends on ``n``; a
-        table with fewer rows is refused. Without it, under add/remove-one, a refusal can
-        tell ``n`` (issue 28). Ignored under substitute-one, where ``n`` is public.
-    reproducible_noise : bool, default False
-        Draw the privacy noise from the step's seeded generator (so ``random_seed``
-        reproduces runs) instead of a fresh OS-entropy generator. Not private.
     ledger : object, optional
         A privacy ledger with ``try_spend(mu2) -> bool``. Each release's cost ``mu_t^2`` is
         committed before the data is touched; once refused, the step stops touching data
@@ -204,6 +143,25 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         :class:`~pymc_penalty.PrivacyLedger` whose budget is at most the step's (a persistent
         one, to share a budget between analyses), and the step is calibrated to what it has
         left.
+    mu : float, optional
+        Per-step Gaussian-DP parameter: ``sigma = Delta / mu`` where ``Delta`` is the L2
+        sensitivity of this step's release. Requires a finite clip.
+    noise_sd : float, optional
+        Fixed noise standard deviation ``sigma``.
+    clip : ClipPolicy, float, "auto" or None, default 1.0
+        How each row's ratio is clipped (:class:`~pymc_penalty.ClipPolicy`: the constant,
+        the bound's mode, the share spent on the clipped count, a found clip's start). A
+        number, ``"auto"`` or ``None`` is the constant alone:
+        ``ClipPolicy(value=clip)``, its mode ``"distance"``.
+    proposal : ProposalPolicy or str, optional
+        The proposal and its adaptation (:class:`~pymc_penalty.ProposalPolicy`: its kind,
+        what adapts, the first window, the target acceptance, a bound on each move). A string
+        is the kind alone. Default ``ProposalPolicy()``: block moves, the full covariance
+        adapted.
+    privacy : PrivacyPolicy, optional
+        The neighbour relation, the public facts about the number of rows, and the noise's
+        source (:class:`~pymc_penalty.PrivacyPolicy`). Default ``PrivacyPolicy()``:
+        substitute-one, fresh OS-entropy noise.
     model : pm.Model, optional
     rng : RandomGenerator, optional
         Generator for proposals and uniforms (``pm.sample`` sets one per chain).
@@ -216,6 +174,12 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         PyMC run one step per variable, one release each: the same data released ``d`` times
         per draw, ``d`` times the privacy cost, with each release's noise added to the test of
         a move of one coordinate only. It is refused rather than silently priced so.
+    **moved
+        The old keywords (``clip_mode``, ``clip_count_share``, ``clip_tail``, ``adapt``,
+        ``adapt_window``, ``tune_interval``, ``target_accept``, ``max_step``, ``neighbours``,
+        ``min_rows``, ``released_rows``, ``reproducible_noise``): each still works, with a
+        ``FutureWarning`` naming its field
+        (:data:`pymc_penalty.sampling.options.MOVED`).
 
     Warns
     -----
@@ -228,7 +192,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     NotPrivateWarning
         Without a budget and without a ledger (``mu`` or ``noise_sd`` alone): the number of
         releases is unlimited and nothing composes them, so no guarantee holds. Also with
-        ``clip=None`` or ``reproducible_noise=True``.
+        ``clip=None`` or ``PrivacyPolicy(reproducible_noise=True)``.
 
     Examples
     --------
@@ -268,35 +232,40 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         proposal_dist: type | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        adapt_window: int | None = None,
-        tune_interval: int | None = None,
         epsilon: float | None = None,
         delta: float | None = None,
         plan: RunPlan | None = None,
-        noise_sd: float | None = None,
-        mu: float | None = None,
-        clip: float | str | None = 1.0,
-        clip_mode: str = "distance",
-        neighbours: str = "substitute",
-        adapt: str = "full",
-        proposal: str = "block",
-        max_step: float | None = None,
-        target_accept: float = 0.234,
-        clip_count_share: float = 0.05,
-        reproducible_noise: bool = False,
         ledger: Ledger | None = None,
+        mu: float | None = None,
+        noise_sd: float | None = None,
+        clip: ClipPolicy | float | str | None = 1.0,
+        proposal: ProposalPolicy | str | None = None,
+        privacy: PrivacyPolicy | None = None,
         model: pm.Model | None = None,
         rng: Any = None,
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict[str, Any] | None = None,
         blocked: bool = True,
-        released_rows: float | None = None,
-        clip_tail: float = 1.0,
-        min_rows: int | None = None,
+        **moved: Any,
     ) -> None:
-        model = pm.modelcontext(model)
-        check_blocked(blocked)
-        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
+        # The old keywords go into their groups (FutureWarning); a no-op where a subclass or
+        # pymc_penalty.sample has already grouped them.
+        model, groups = begin_step(
+            self,
+            model,
+            blocked,
+            {"clip": clip, "proposal": proposal, "privacy": privacy, **moved},
+            tuple(GROUPS),
+        )
+        clip_policy = fill_defaults(groups["clip"], mode="distance", tail=1.0)
+        proposal_policy = fill_defaults(groups.get("proposal", ProposalPolicy()), adapt="full")
+        privacy_policy = groups.get("privacy", PrivacyPolicy())
+        clip, clip_mode = clip_policy.value, clip_policy.mode
+        clip_count_share, clip_tail = clip_policy.count_share, clip_policy.tail
+        neighbours, min_rows = privacy_policy.neighbours, privacy_policy.min_rows
+        released_rows = privacy_policy.released_rows
+        reproducible_noise = privacy_policy.reproducible_noise
+        adapt_window = proposal_policy.adapt_window
         # Everything about the budget is checked before the model is analysed or compiled
         # and before any ledger exists.
         check_step_arguments(
@@ -307,7 +276,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             clip_count_share=clip_count_share,
             neighbours=neighbours,
             clip_mode=clip_mode,
-            target_accept=target_accept,
+            target_accept=proposal_policy.target_accept,
             tune_interval=adapt_window,
             scaling=scaling,
             released_rows=released_rows,
@@ -316,7 +285,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         min_rows = check_min_rows(min_rows)
         budget, plan = check_noise_arguments(epsilon, delta, plan, mu, noise_sd, clip, ledger)
         clip_auto = isinstance(clip, str) and clip == "auto"
-        check_proposal_options(adapt, proposal, max_step, proposal_dist)
+        check_proposal_dist(proposal_dist)
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -378,11 +347,11 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             S,
             scaling,
             tune,
-            adapt,
-            target_accept,
+            proposal_policy.adapt,
+            proposal_policy.target_accept,
             adapt_window,
-            proposal,
-            max_step,
+            proposal_policy.kind,
+            proposal_policy.max_step,
             n_public,
             clip_probe=not shaped,
         )

@@ -15,7 +15,7 @@ where no residual is clipped (``docs/algorithm.md``, "Taylor control variates").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from scipy.stats import norm
 from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.sampling.kernel import PenaltyState, Release
+from pymc_penalty.sampling.options import group_step_options
 from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = [
@@ -223,8 +224,8 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         The one-shot release (:func:`pymc_penalty.warmstart.taylor.taylor_oneshot`).
     **kwargs
         :class:`~pymc_penalty.PenaltyMetropolis` arguments. ``clip`` defaults to the released
-        residual clip ``r`` (measured at public probe moves: ``clip="auto"`` is not supported
-        here), ``clip_mode`` is ``"metric"`` (the bound is ``clip`` times
+        residual clip ``r`` (measured at public probe moves: ``"auto"`` is not supported
+        here), its mode is ``"metric"`` (the bound is the clip times
         :meth:`TaylorModel.residual_length`), ``S`` defaults to the model's covariance.
     """
 
@@ -243,15 +244,17 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
             return
         if not isinstance(taylor, TaylorModel):
             raise TypeError("`taylor` must be a TaylorModel (pymc_penalty.warmstart.taylor)")
-        if kwargs.get("clip_mode", "metric") != "metric":
-            raise ValueError("TaylorPenaltyMetropolis sets clip_mode='metric' itself.")
-        if isinstance(kwargs.get("clip"), str):
+        kwargs.setdefault("clip", taylor.residual_clip)
+        kwargs = group_step_options(kwargs)  # the old keywords (FutureWarning), grouped
+        clip = kwargs["clip"]
+        if clip.mode not in (None, "metric"):
+            raise ValueError("TaylorPenaltyMetropolis sets ClipPolicy.mode='metric' itself.")
+        if isinstance(clip.value, str):
             raise ValueError(
-                "TaylorPenaltyMetropolis takes a numeric `clip` (default: the released residual "
+                "TaylorPenaltyMetropolis takes a numeric clip (default: the released residual "
                 "clip); clip='auto' is not supported on the Taylor path."
             )
-        kwargs["clip_mode"] = "metric"
-        kwargs.setdefault("clip", taylor.residual_clip)
+        kwargs["clip"] = replace(clip, mode="metric")
         kwargs.setdefault("S", taylor.covariance)
         self.taylor = taylor
         self._row_control = taylor.control

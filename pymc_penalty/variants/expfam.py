@@ -38,23 +38,23 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 
 from pymc_penalty.accounting.sensitivity import Neighbours
-from pymc_penalty.errors import ModelNotPrivateError, NotPrivateWarning
+from pymc_penalty.errors import InvalidArgumentError, ModelNotPrivateError, NotPrivateWarning
 from pymc_penalty.model.checks import (
     data_sources,
     depends_on_data,
     validate_model,
 )
-from pymc_penalty.sampling.adaptation import ADAPT_MODES, ProposalAdapter
+from pymc_penalty.sampling.adaptation import ProposalAdapter
 from pymc_penalty.sampling.adaptation.pending import PendingTuning
 from pymc_penalty.sampling.adaptation.state import PenaltyMetropolisState
 from pymc_penalty.sampling.kernel import PenaltyState, Release, StepNoise, info_stats, transition
 from pymc_penalty.sampling.noise_source import PrivateNoiseMixin
+from pymc_penalty.sampling.options import PrivacyPolicy, ProposalPolicy, fill_defaults
 from pymc_penalty.sampling.setup import (
     PROPOSAL_STAT,
     Ledger,
-    check_blocked,
+    begin_step,
     declare_proposal_stat,
-    resolve_adapt_window,
 )
 from pymc_penalty.sampling.step import PenaltyMetropolis
 from pymc_penalty.validation import check_real
@@ -62,6 +62,9 @@ from pymc_penalty.variants._families import FAMILIES, recognise_family
 from pymc_penalty.variants.statistic import SufficientStatistic, check_declaration
 
 __all__ = ["FAMILIES", "ExpFamPenaltyMetropolis"]
+
+#: The step's groups (it has no clip: its sufficient statistic is clipped to a declared bound).
+_GROUPS = ("proposal", "privacy")
 
 
 @dataclass_state
@@ -103,10 +106,17 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     mu : float, optional
         Per-step Gaussian-DP parameter; ``xi = (Delta_T / mu)^2``. Give exactly one of
         ``xi`` and ``mu``.
-    neighbours : {"substitute", "add_remove"}, default "substitute"
-    S, scaling, tune, adapt_window, tune_interval, adapt, target_accept, reproducible_noise,
-    ledger, model, rng, initial_point, compile_kwargs, blocked, vars :
-        As in :class:`pymc_penalty.PenaltyMetropolis`.
+    proposal : ProposalPolicy, optional
+        Its ``adapt``, ``adapt_window`` and ``target_accept`` (:class:`~pymc_penalty.
+        ProposalPolicy`); this step moves all coordinates at once (``kind="block"``, no
+        ``max_step``).
+    privacy : PrivacyPolicy, optional
+        Its ``neighbours`` and ``reproducible_noise`` (:class:`~pymc_penalty.PrivacyPolicy`;
+        ``min_rows`` and ``released_rows`` do not apply here).
+    S, scaling, tune, ledger, model, rng, initial_point, compile_kwargs, blocked, vars :
+        As in :class:`pymc_penalty.PenaltyMetropolis`, as are the old keywords
+        (``neighbours``, ``adapt``, ``reproducible_noise``, ...: each with a
+        ``FutureWarning``).
     """
 
     name = "expfam_penalty_metropolis"
@@ -124,25 +134,36 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         data_bound: float | None = None,
         xi: float | None = None,
         mu: float | None = None,
-        neighbours: str = "substitute",
         S: np.ndarray | None = None,
         scaling: float = 1.0,
         tune: bool = True,
-        adapt_window: int | None = None,
-        tune_interval: int | None = None,
-        adapt: str = "full",
-        target_accept: float = 0.234,
-        reproducible_noise: bool = False,
+        proposal: ProposalPolicy | None = None,
+        privacy: PrivacyPolicy | None = None,
         ledger: Ledger | None = None,
         model: pm.Model | None = None,
         rng: Any = None,
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict[str, Any] | None = None,
         blocked: bool = True,
+        **moved: Any,
     ) -> None:
-        model = pm.modelcontext(model)
-        check_blocked(blocked)
-        adapt_window = resolve_adapt_window(adapt_window, tune_interval)
+        model, groups = begin_step(
+            self, model, blocked, {"proposal": proposal, "privacy": privacy, **moved}, _GROUPS
+        )
+        proposal = fill_defaults(groups.get("proposal", ProposalPolicy()), adapt="full")
+        privacy = groups.get("privacy", PrivacyPolicy())
+        if proposal.kind != "block" or proposal.max_step is not None:
+            raise InvalidArgumentError(
+                "ExpFamPenaltyMetropolis moves all coordinates at once: ProposalPolicy.kind "
+                "must be 'block' and ProposalPolicy.max_step None."
+            )
+        if privacy.min_rows is not None or privacy.released_rows is not None:
+            raise InvalidArgumentError(
+                "PrivacyPolicy.min_rows and released_rows do not apply to "
+                "ExpFamPenaltyMetropolis: leave them None."
+            )
+        adapt, adapt_window = proposal.adapt, proposal.adapt_window
+        target_accept, reproducible_noise = proposal.target_accept, privacy.reproducible_noise
         if family is not None and family not in FAMILIES:
             raise ValueError(
                 f"`family` must be one of {sorted(FAMILIES)}; got {family!r}. Use "
@@ -153,12 +174,9 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         for arg, val in (("xi", xi), ("mu", mu), ("scaling", scaling)):
             if val is not None:
                 check_real(arg, val, low=0.0, low_open=True)
-        check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
         if data_bound is not None:
             check_real("data_bound", data_bound, low=0.0, low_open=True)
-        if adapt not in ADAPT_MODES:
-            raise ValueError(f"`adapt` must be one of {ADAPT_MODES}; got {adapt!r}.")
-        self.neighbours = Neighbours.parse(neighbours)
+        self.neighbours = Neighbours.parse(privacy.neighbours)
 
         if initial_point is None:
             initial_point = model.initial_point()

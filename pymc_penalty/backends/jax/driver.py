@@ -45,6 +45,7 @@ from pymc_penalty.backends.jax.kernel import DeviceChain, import_jax, model_func
 from pymc_penalty.errors import BudgetExhausted, InvalidArgumentError
 from pymc_penalty.privacy.callback import PrivacyCallback
 from pymc_penalty.privacy.precision import snap_accept, snap_count
+from pymc_penalty.sampling.options import ProposalPolicy, group_step_options
 
 __all__ = ["check_jax_backend", "run_device_draws", "sample_on_device"]
 
@@ -85,14 +86,17 @@ def check_jax_backend(
             f"`backend='jax'` accepts only {_SAMPLE_KWARGS} of pm.sample's arguments; got "
             f"{unknown}. Use backend='pymc' for the others."
         )
-    step_kwargs = step_kwargs or {}
-    if step_kwargs.get("proposal", "block") != "block":
+    step_kwargs = group_step_options(step_kwargs or {})  # a no-op on pp.sample's, grouped
+    proposal = step_kwargs.get("proposal") or ProposalPolicy()
+    if proposal.kind != "block":
         raise InvalidArgumentError(
             "`backend='jax'` runs the block proposal only (step_kwargs['proposal'] must be "
             "'block')."
         )
-    if step_kwargs.get("max_step") is not None:
-        raise InvalidArgumentError("`backend='jax'` does not support step_kwargs['max_step'].")
+    if proposal.max_step is not None:
+        raise InvalidArgumentError(
+            "`backend='jax'` does not support ProposalPolicy.max_step in step_kwargs."
+        )
     if "compile_kwargs" in step_kwargs:
         raise InvalidArgumentError(
             "`backend='jax'` compiles the likelihood itself: omit step_kwargs['compile_kwargs']."
