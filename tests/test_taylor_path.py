@@ -15,7 +15,12 @@ from pymc_penalty.errors import InvalidArgumentError, WarmStartRefused
 from pymc_penalty.model.likelihood import PenaltyLikelihood, RowControl, taylor_features
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.ledger import PrivacyLedger
-from pymc_penalty.sampling.taylor import RESIDUAL_FLOOR, TaylorModel, TaylorPenaltyMetropolis
+from pymc_penalty.sampling.taylor import (
+    INDEPENDENT_SHARE,
+    RESIDUAL_FLOOR,
+    TaylorModel,
+    TaylorPenaltyMetropolis,
+)
 from pymc_penalty.warmstart import WarmStart, prepare_warm_start
 from pymc_penalty.warmstart.taylor import ONESHOT_SHARES, taylor_oneshot
 
@@ -207,6 +212,7 @@ def test_chain_targets_the_posterior_tilted_by_the_oneshot_noise() -> None:
     tilt_mean_w = (P * m_w + xi_G) / Q
     with model:
         step = TaylorPenaltyMetropolis(taylor=tm, mu=50.0, S=np.array([[v_post]]), scaling=2.0)
+        step.independent_share = INDEPENDENT_SHARE  # the independent moves' Hastings term too
         idata = pm.sample(
             draws=4000,
             tune=500,
@@ -348,3 +354,41 @@ def test_independent_proposal_is_the_t_law_with_its_hastings_term() -> None:
     for j in range(d):
         marginal = stats.t(INDEPENDENT_DF, loc=point[j], scale=math.sqrt(cov[j, j]))
         assert stats.kstest(draws[:, j], marginal.cdf).pvalue > 1e-3
+
+
+def test_independent_share_follows_the_two_moves_noise() -> None:
+    """The share of independent moves is chosen from public probes: used where their noise
+    is small (a large per-step mu), not where it is large (a tiny one); a given share is
+    kept."""
+    n = 400
+    model, y, m_post, v_post = _conjugate(n, 6)
+    t, L = np.array([m_post]), np.array([[math.sqrt(v_post)]])
+    g = ((y - t[0]) * L[0, 0])[:, None]
+    h = np.full((n, 1), -(L[0, 0] ** 2))
+    release = tl.TaylorRelease(
+        G=np.array([g.sum()]), H=np.array([[h.sum()]]), sd_G=1.0, sd_H=0.5, mu2=1.0
+    )
+    tm = TaylorModel(
+        t=t,
+        L=L,
+        release=release,
+        order=2,
+        clip_g=1e9,
+        clip_H=1e9,
+        residual_clip=1.0,
+        mu=1.0,
+        releases=2,
+        point=t,
+        covariance=L @ L.T,
+        control=RowControl(t, L, np.concatenate([g, h], axis=1)),
+    )
+    shares = {}
+    for mu in (1e3, 1e-3):
+        with model:
+            step = TaylorPenaltyMetropolis(taylor=tm, mu=mu, S=np.array([[v_post]]))
+        shares[mu] = step._independent_share()
+    assert shares == {1e3: INDEPENDENT_SHARE, 1e-3: 0.0}
+    with model:
+        step = TaylorPenaltyMetropolis(taylor=tm, mu=1e3, S=np.array([[v_post]]))
+    step.independent_share = 0.25
+    assert step._independent_share() == 0.25
