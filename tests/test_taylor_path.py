@@ -175,6 +175,32 @@ def _conjugate(n: int, seed: int):
     return model, y, y.sum() / post_prec, 1.0 / post_prec
 
 
+def _conjugate_taylor(
+    y: np.ndarray, t: np.ndarray, L: np.ndarray, xi_G: float, Xi_H: float, residual_clip: float
+) -> TaylorModel:
+    """The conjugate model's exact row terms at ``t`` in ``w`` (``g_i = (y_i - t) L``,
+    ``H_i = -L^2``) released with the known noise ``(xi_G, Xi_H)``."""
+    g = ((y - t[0]) * L[0, 0])[:, None]
+    h = np.full((y.size, 1), -(L[0, 0] ** 2))
+    release = tl.TaylorRelease(
+        G=np.array([g.sum() + xi_G]), H=np.array([[h.sum() + Xi_H]]), sd_G=1.0, sd_H=0.5, mu2=1.0
+    )
+    return TaylorModel(
+        t=t,
+        L=L,
+        release=release,
+        order=2,
+        clip_g=1e9,
+        clip_H=1e9,
+        residual_clip=residual_clip,
+        mu=1.0,
+        releases=2,
+        point=t,
+        covariance=L @ L.T,
+        control=RowControl(t, L, np.concatenate([g, h], axis=1)),
+    )
+
+
 @pytest.mark.slow
 def test_chain_targets_the_posterior_tilted_by_the_oneshot_noise() -> None:
     """On a conjugate model (residuals exactly 0) with known one-shot noise (xi_G, Xi_H), the
@@ -184,28 +210,8 @@ def test_chain_targets_the_posterior_tilted_by_the_oneshot_noise() -> None:
     n = 400
     model, y, m_post, v_post = _conjugate(n, 6)
     t, L = np.array([m_post + 0.3 * math.sqrt(v_post)]), np.array([[math.sqrt(v_post)]])
-    # rows' exact Taylor coefficients at t in w: g_i = (y_i - t) L, H_i = -L^2
-    g = ((y - t[0]) * L[0, 0])[:, None]
-    h = np.full((n, 1), -(L[0, 0] ** 2))
-    coef = np.concatenate([g, h], axis=1)
     xi_G, Xi_H = 1.2, 0.3  # the one-shot noise, known here
-    release = tl.TaylorRelease(
-        G=np.array([g.sum() + xi_G]), H=np.array([[h.sum() + Xi_H]]), sd_G=1.0, sd_H=0.5, mu2=1.0
-    )
-    tm = TaylorModel(
-        t=t,
-        L=L,
-        release=release,
-        order=2,
-        clip_g=1e9,
-        clip_H=1e9,
-        residual_clip=1e-6,
-        mu=1.0,
-        releases=2,
-        point=t,
-        covariance=L @ L.T,
-        control=RowControl(t, L, coef),
-    )
+    tm = _conjugate_taylor(y, t, L, xi_G, Xi_H, residual_clip=1e-6)
     P = 1.0  # whitened posterior precision (L is the posterior sd)
     m_w = (m_post - t[0]) / L[0, 0]
     Q = P - Xi_H
@@ -363,25 +369,7 @@ def test_independent_share_follows_the_two_moves_noise() -> None:
     n = 400
     model, y, m_post, v_post = _conjugate(n, 6)
     t, L = np.array([m_post]), np.array([[math.sqrt(v_post)]])
-    g = ((y - t[0]) * L[0, 0])[:, None]
-    h = np.full((n, 1), -(L[0, 0] ** 2))
-    release = tl.TaylorRelease(
-        G=np.array([g.sum()]), H=np.array([[h.sum()]]), sd_G=1.0, sd_H=0.5, mu2=1.0
-    )
-    tm = TaylorModel(
-        t=t,
-        L=L,
-        release=release,
-        order=2,
-        clip_g=1e9,
-        clip_H=1e9,
-        residual_clip=1.0,
-        mu=1.0,
-        releases=2,
-        point=t,
-        covariance=L @ L.T,
-        control=RowControl(t, L, np.concatenate([g, h], axis=1)),
-    )
+    tm = _conjugate_taylor(y, t, L, 0.0, 0.0, residual_clip=1.0)
     shares = {}
     for mu in (1e3, 1e-3):
         with model:
