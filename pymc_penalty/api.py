@@ -53,6 +53,7 @@ from pymc_penalty.planning.plan import (
     warm_step_kwargs,
 )
 from pymc_penalty.planning.resolve import resolve_plan
+from pymc_penalty.planning.taylor_forecast import start_offset, taylor_forecast_report
 from pymc_penalty.privacy.budget import (
     NEGLIGIBLE_SHARE,
     PrivacyBudget,
@@ -268,6 +269,9 @@ def sample(
         target the posterior tilted by the one-shot noise; the returned posterior integrates
         that noise out (:func:`pymc_penalty.results.noise_aware.noise_aware_posterior`,
         Gaussian regime) and the raw chain's draws are in the ``posterior_tilted`` group.
+        Its forecast (``dp_forecast_ess``, ``dp_forecast_verdict``) is made after the
+        one-shot release, before the chains spend, from public values
+        (:func:`pymc_penalty.planning.taylor_forecast.forecast_taylor`).
         ``"penalty"``: the plain penalty walk (exact for the posterior itself).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
@@ -368,7 +372,9 @@ def sample(
             "the released model's estimate)."
         )
     chains_share = (1.0 - TAYLOR_SHARE) if taylor_path else 1.0
-    plan_args["forecast"] = not taylor_path  # the forecast models the plain walk only
+    # The plain walk's forecast, before anything is spent; the Taylor path's is made after
+    # its one-shot release, from the released model (planning.taylor_forecast).
+    plan_args["forecast"] = not taylor_path
     # Before anything is spent: the chains get what the screen and the warm start leave.
     resolved = resolve_plan(
         chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start) * chains_share),
@@ -415,6 +421,8 @@ def sample(
                 ledger=ledger,
                 noise_rng=noise_rng,
             )
+            # Where the chains start, in the warm start's metric (public; for the forecast).
+            offset = start_offset(taylor, warm.covariance)
             # The chains start and move in the released model's metric (public values).
             warm = dataclasses.replace(warm, point=taylor.point, covariance=taylor.covariance)
         if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
@@ -440,6 +448,16 @@ def sample(
                 taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
             )
             clip = taylor.residual_clip
+        # The forecast of the chains' ESS, from the released model and the plan (public).
+        taylor_forecast = taylor_forecast_report(
+            taylor,
+            resolved.run,
+            resolved.step_mu,
+            neighbours=neighbours,
+            clip_count_share=float(clip_count_share),
+            clip=float(clip),
+            offset=offset,
+        )
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
         step = step_class(
@@ -479,6 +497,8 @@ def sample(
     warm_report.update(phase_report(step, resolved.run))
     warm_report.update(resolved.report)
     warm_report.update(taylor.report() if taylor is not None else {"dp_method": "penalty"})
+    if taylor is not None:
+        warm_report.update(taylor_forecast)
 
     if not progressbar_allowed(neighbours):
         # Its draws per second and times measure n, private under add/remove-one.
