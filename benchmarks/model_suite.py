@@ -43,7 +43,15 @@ The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chai
   holds the true parameter (NUTS's own coverage is printed as the ``nuts`` rows);
 - ``converged``: the fraction of runs whose report says ``"converged"`` (``dp_convergence``
   in the result's attrs), ``eps_spent`` the report's ``dp_epsilon``, ``wall_s`` the mean
-  wall time of one run.
+  wall time of one run;
+- ``ess`` / ``forecast_ess``: the median over data sets of the smallest bulk ESS of the
+  released chain (``dp_ess_bulk_min``) and of the report's forecast of it
+  (``dp_forecast_ess``: the plain path's before spending, the Taylor path's after its
+  one-shot release, :mod:`pymc_penalty.planning.taylor_forecast`); ``forecast_ratio`` the
+  geometric mean over runs of forecast / realised, ``forecast_ratio_min`` / ``_max`` its
+  range (per run, the CSV also keeps the Taylor path's ``noise_sd``, the residual noise sd
+  at a typical move, and ``start_offset``, the chains' start over the released mode search's
+  reach: at 1 the search stopped on its bound).
 
 Parameters are compared in the constrained space (``sigma``, ``tau`` as sampled). One row per
 run goes to a CSV (``--csv``; ``benchmarks/results/model_suite.csv`` by default, a temporary
@@ -279,6 +287,12 @@ def _private_info(idata) -> dict[str, Any]:
         "eps_spent": float(attrs.get("dp_epsilon", math.nan)),
         "r_hat_max": float(attrs.get("dp_r_hat_max", math.nan)),
         "ess_bulk_min": float(attrs.get("dp_ess_bulk_min", math.nan)),
+        # The report's forecast of that ESS (both paths; the Taylor path's after its one-shot)
+        # and, on the Taylor path, the residual noise sd at a typical move it assumed.
+        "forecast_ess": float(attrs.get("dp_forecast_ess", math.nan)),
+        "forecast_verdict": str(attrs.get("dp_forecast_verdict", "")),
+        "noise_sd": float(attrs.get("dp_taylor_noise_sd", math.nan)),
+        "start_offset": float(attrs.get("dp_taylor_start_offset", math.nan)),
         "chains": int(idata.posterior.sizes["chain"]),
         "draws": int(idata.posterior.sizes["draw"]),
     }
@@ -520,9 +534,28 @@ def summarise(rows: list[dict]) -> list[dict]:
                 else math.nan,
                 eps_spent=float(np.mean([r.get("eps_spent", math.nan) for r in ok])),
                 wall_s=float(np.mean([r["wall_s"] for r in ok])),
+                **_ess_figures(ok),
             )
         out.append(line)
     return out
+
+
+def _ess_figures(rows: list[dict]) -> dict[str, float]:
+    """The cell's realised smallest bulk ESS (median over runs), the report's forecast of it
+    (median) and the forecast over the realised ESS per run: its geometric mean, smallest and
+    largest (NaN where the method makes no forecast)."""
+    ess = np.array([r.get("ess_bulk_min", math.nan) for r in rows], dtype=float)
+    fc = np.array([r.get("forecast_ess", math.nan) for r in rows], dtype=float)
+    ok = np.isfinite(ess) & np.isfinite(fc) & (ess > 0) & (fc > 0)
+    ratio = fc[ok] / ess[ok]
+    nan = math.nan
+    return {
+        "ess": float(np.nanmedian(ess)) if np.isfinite(ess).any() else nan,
+        "forecast_ess": float(np.nanmedian(fc)) if np.isfinite(fc).any() else nan,
+        "forecast_ratio": float(np.exp(np.mean(np.log(ratio)))) if ratio.size else nan,
+        "forecast_ratio_min": float(ratio.min()) if ratio.size else nan,
+        "forecast_ratio_max": float(ratio.max()) if ratio.size else nan,
+    }
 
 
 def _n_label(n: float) -> str:
@@ -541,14 +574,14 @@ def table(cells: list[dict]) -> str:
     head = (
         "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
         "| sd ratio (min) "
-        "| 90% coverage | converged | epsilon spent | wall (s) |"
+        "| 90% coverage | converged | bulk ESS min (forecast) | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
@@ -558,6 +591,7 @@ def table(cells: list[dict]) -> str:
             f"| {_fmt(c['rms'])} | {_fmt(c['median'])} "
             f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
+            f"| {_fmt(c['ess'], 0)} ({_fmt(c['forecast_ess'], 0)}) "
             f"| {_fmt(c['eps_spent'])} | {_fmt(c['wall_s'], 1)} |"
         )
     return "\n".join(lines)
@@ -709,7 +743,8 @@ edge is not a measured miss.
 CSV_FIELDS = (
     "model", "n", "epsilon", "method", "dataset", "err_rms", "err_max", "sd_ratio",
     "sd_ratio_min", "covered", "n_covered", "verdict", "eps_spent", "r_hat_max",
-    "ess_bulk_min", "chains", "draws", "wall_s", "error",
+    "ess_bulk_min", "forecast_ess", "forecast_verdict", "noise_sd", "start_offset", "chains",
+    "draws", "wall_s", "error",
 )  # fmt: skip
 
 
@@ -785,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
 def read_rows(path: str) -> list[dict]:
     """The per-run rows of a CSV written by an earlier run (for ``--from-csv``)."""
     ints = {"n", "dataset", "covered", "n_covered", "chains", "draws"}
-    strs = {"model", "method", "verdict", "error"}
+    strs = {"model", "method", "verdict", "forecast_verdict", "error"}
     rows = []
     with open(path, newline="", encoding="utf-8") as fh:
         for raw in csv.DictReader(fh):
@@ -812,7 +847,8 @@ def run_grid(args: argparse.Namespace, path: str, rows: list[dict]) -> None:
             writer.writerow({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()})
             fh.flush()
             shown = {k: row.get(k) for k in ("model", "n", "epsilon", "method", "dataset")}
-            figs = {k: row[k] for k in ("err_rms", "sd_ratio", "verdict", "wall_s") if k in row}
+            keys = ("err_rms", "sd_ratio", "verdict", "ess_bulk_min", "forecast_ess", "wall_s")
+            figs = {k: row[k] for k in keys if k in row}
             print(json.dumps({**shown, **figs, "error": row.get("error")}, default=str), flush=True)
 
         # Data sets outermost: a run stopped early has the same count in every cell.

@@ -51,6 +51,7 @@ from pymc_penalty.planning.plan import (
     warm_step_kwargs,
 )
 from pymc_penalty.planning.resolve import resolve_plan
+from pymc_penalty.planning.taylor_forecast import taylor_forecast_report
 from pymc_penalty.privacy.budget import (
     NEGLIGIBLE_SHARE,
     PrivacyBudget,
@@ -240,6 +241,9 @@ def sample(
         target the posterior tilted by the one-shot noise; the returned posterior integrates
         that noise out (:func:`pymc_penalty.results.noise_aware.noise_aware_posterior`,
         Gaussian regime) and the raw chain's draws are in the ``posterior_tilted`` group.
+        Its forecast (``dp_forecast_ess``, ``dp_forecast_verdict``) is made after the
+        one-shot release, before the chains spend, from public values
+        (:func:`pymc_penalty.planning.taylor_forecast.forecast_taylor`).
         ``"penalty"``: the plain penalty walk (exact for the posterior itself).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
@@ -353,7 +357,9 @@ def sample(
             "the released model's estimate)."
         )
     chains_share = (1.0 - TAYLOR_SHARE) if taylor_path else 1.0
-    plan_args["forecast"] = not taylor_path  # the forecast models the plain walk only
+    # The plain walk's forecast, before anything is spent; the Taylor path's is made after
+    # its one-shot release, from the released model (planning.taylor_forecast).
+    plan_args["forecast"] = not taylor_path
     # Before anything is spent: the chains get what the screen and the warm start leave.
     resolved = resolve_plan(
         chains_mu=math.sqrt(available * (1.0 - SCREEN_SHARE) * (1.0 - warm_start) * chains_share),
@@ -398,6 +404,16 @@ def sample(
             taylor, step_kwargs, adapt=given_adapt, step_mu=resolved.step_mu
         )
         step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
+        # The forecast of the chains' ESS, from the released model and the plan (public).
+        taylor_forecast = taylor_forecast_report(
+            taylor,
+            resolved.run,
+            resolved.step_mu,
+            neighbours=neighbours,
+            clip_count_share=float(clip_count_share),
+            clip=float(step_kwargs["clip"].value),
+            offset=taylor.start_offset,
+        )
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UnpublishedResultWarning)
         step = step_class(
@@ -430,6 +446,8 @@ def sample(
     warm_report.update(phase_report(step, resolved.run))
     warm_report.update(resolved.report)
     warm_report.update(taylor.report() if taylor is not None else {"dp_method": "penalty"})
+    if taylor is not None:
+        warm_report.update(taylor_forecast)
 
     if not progressbar_allowed(neighbours):
         # Its draws per second and times measure n, private under add/remove-one.

@@ -36,6 +36,7 @@ from pymc_penalty.planning.plan import (
     resolve_warm_start,
     warm_step_kwargs,
 )
+from pymc_penalty.planning.taylor_forecast import start_offset
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan, available_mu
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.results.publish import taylor_posterior
@@ -225,6 +226,9 @@ def run_private_start(
         ledger=ledger,
         noise_rng=noise_rng,
     )
+    # Where the chains start, in the warm start's metric (public; for the forecast).
+    offset = start_offset(model_release, warm.covariance)
+    model_release = dataclasses.replace(model_release, start_offset=offset)
     warm = dataclasses.replace(warm, point=model_release.point, covariance=model_release.covariance)
     return warm, model_release
 

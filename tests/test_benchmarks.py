@@ -339,6 +339,15 @@ def check_model_suite(res: dict) -> None:
         r = rows[method]
         assert c["rms"] == pytest.approx(float(r["err_rms"]), abs=1e-4), method
         assert c["coverage"] == pytest.approx(int(r["covered"]) / int(r["n_covered"])), method
+    # Both paths of pp.sample forecast the smallest bulk ESS; the cell sets it beside the
+    # realised one (one run: the ratio is the run's).
+    for method in ("pp_sample", "taylor", "penalty"):
+        c, r = cells[method], rows[method]
+        assert c["forecast_ess"] > 0 and r["forecast_verdict"], method
+        ratio = float(r["forecast_ess"]) / float(r["ess_bulk_min"])
+        assert c["forecast_ratio"] == pytest.approx(ratio, rel=1e-3), method
+    assert float(rows["taylor"]["noise_sd"]) >= 1.0 - 1e-6  # the noise-limited clip's floor
+    assert math.isnan(cells["nss"]["forecast_ess"])  # no report, no forecast
 
 
 def check_taylor_cost(res: dict) -> None:

@@ -628,6 +628,9 @@ def test_add_remove_taylor_result_has_the_same_layout_for_n_and_n_plus_one_and_n
         # released clips and what they set (the noise sds), from noisy histograms
         "dp_taylor_clip_g", "dp_taylor_clip_h", "dp_taylor_residual_clip",
         "dp_taylor_noise_sd_g", "dp_taylor_noise_sd_h",
+        # the chains' forecast, from the residual clip and the probes (released values)
+        "dp_taylor_noise_sd", "dp_taylor_start_offset", "dp_forecast_ess",
+        "dp_forecast_verdict",
     }  # fmt: skip
     assert set(a.attrs) == set(b.attrs)
     for key in sorted(k for k in a.attrs if k.startswith("dp_") and k not in noisy):

@@ -72,6 +72,7 @@ __all__ = [
     "UtilityWarning",
     "forecast_run",
     "forecast_utility",
+    "forecast_verdict",
     "likelihood_family",
     "row_quantile",
 ]
@@ -177,6 +178,12 @@ class UtilityForecast:
                 f"{self.n_factor_for_target:.3g} times more rows, or fewer parameters."
             )
         return "\n".join(lines)
+
+
+def forecast_verdict(ess: float) -> str:
+    """The verdict on a forecast ESS: ``"good"`` from 100 (0.1 sd of Monte Carlo error),
+    ``"usable"`` from 11 (0.3 sd), ``"poor"`` from 1, else ``"hopeless"`` (both paths)."""
+    return next(name for floor, name in _VERDICTS if ess >= floor)
 
 
 def _budget_ess(mu: float, n: float, d: int, factor: float, noise_sd: float, q: float) -> float:
@@ -377,7 +384,7 @@ def forecast_run(
     limited_by = "budget" if budget_ess <= step_ess else "steps"
     # The whitened move per step is sigma mu_t sqrt(n) / (f q) with mu_t = mu_s / sqrt(steps).
     reach = noise_sd * sampling_mu * math.sqrt(n) / (factor * per_row_quantile * _LONGEST_STEP)
-    verdict = next(name for floor, name in _VERDICTS if ess >= floor)
+    verdict = forecast_verdict(ess)
     # ESS grows as mu^2 and as n: the suggestions scale the budget's part.
     scale = target_ess / budget_ess if budget_ess > 0 else math.inf
     epsilon_target = (

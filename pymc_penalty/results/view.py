@@ -220,9 +220,11 @@ def report(idata: az.InferenceData, *, html: bool = False) -> ReportView | str:
         )
     ]
     if "dp_forecast_ess" in p:
+        # The Taylor path forecasts after its one-shot release, before its chains spend.
+        taylor = p.get("dp_method") == "taylor"
         utility.append(
             (
-                "forecast before spending",
+                "forecast before the chains" if taylor else "forecast before spending",
                 f"ESS about {_fmt(p['dp_forecast_ess'], '.3g')} "
                 f"({p.get('dp_forecast_verdict', 'n/a')})",
             )

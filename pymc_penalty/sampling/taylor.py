@@ -30,6 +30,8 @@ from pymc_penalty.sampling.step import PenaltyMetropolis
 
 __all__ = [
     "INDEPENDENT_DF",
+    "MoveChoice",
+    "compare_moves",
     "INDEPENDENT_SHARE",
     "RESIDUAL_FLOOR",
     "RESIDUAL_NOISE_SD",
@@ -103,6 +105,9 @@ class TaylorModel:
         None: every coordinate.
     probe_length : float
         The median :meth:`residual_length` of the public probe moves ``r`` was measured at.
+    start_offset : float
+        The chains' start's distance from ``t`` over the released mode search's reach
+        (:func:`pymc_penalty.planning.taylor_forecast.start_offset`; 1: on its bound).
     """
 
     t: np.ndarray
@@ -119,6 +124,7 @@ class TaylorModel:
     control: RowControl
     index: np.ndarray | None = None
     probe_length: float = float("nan")
+    start_offset: float = 0.0
 
     def model_value(self, x: np.ndarray) -> float:
         """The released model ``M_rel(w)`` at the raveled point ``x`` (public)."""
@@ -211,6 +217,55 @@ def noise_limited_clip(
     k = 2.0 if relation == "substitute" else 1.0
     by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(taylor.probe_length))
     return max(float(taylor.residual_clip), by_noise)
+
+
+@dataclass(frozen=True)
+class MoveChoice:
+    """What :func:`compare_moves` found (public values).
+
+    Attributes
+    ----------
+    share : float
+        The independent moves' share after tuning: :data:`INDEPENDENT_SHARE` or 0.
+    independent_per_draw, walk_factor : float
+        An independent move's effective draws per step, ``a / (2 - a)``, and the walk's
+        noise factor, the mean of ``2 Phi(-sigma / 2)`` (its effective draws per step are
+        about ``0.3 / d`` times that).
+    """
+
+    share: float
+    independent_per_draw: float
+    walk_factor: float
+
+
+def compare_moves(
+    taylor: TaylorModel, walk_chol: np.ndarray, sigma_of: Any, probes: int = _SHARE_PROBES
+) -> MoveChoice:
+    """Compare the walk (proposal factor ``walk_chol``) with the independent moves on
+    ``probes`` public pairs (a fixed generator; points from the released model's
+    approximation): ``sigma_of(length)`` is a move's noise sd for its bound's length. See
+    :meth:`TaylorPenaltyMetropolis._independent_share` for the rule; the step and the
+    forecast (:mod:`pymc_penalty.planning.taylor_forecast`) both use it."""
+    probe = np.random.default_rng([0x1D, taylor.point.size])  # public: fixed probes
+    chol = np.linalg.cholesky(np.asarray(taylor.covariance, dtype=np.float64))
+    factor_walk, factor_ind, sigma_ind = [], [], []
+    for _ in range(int(probes)):
+        x0 = taylor.point + chol @ probe.standard_normal(taylor.point.size)
+        x_walk = x0 + walk_chol @ probe.standard_normal(x0.size)
+        x_ind, _ = taylor.independent_proposal(probe, x0)
+        for x1, out in ((x_walk, factor_walk), (x_ind, factor_ind)):
+            sigma = float(sigma_of(taylor.residual_length(x0, x1)))
+            out.append(2.0 * norm.cdf(-0.5 * sigma))
+        sigma_ind.append(sigma)
+    d = taylor.point.size if taylor.index is None else taylor.index.size
+    walk_factor = float(np.mean(factor_walk))
+    a = 0.8 * float(np.mean(factor_ind))
+    per_draw = a / (2.0 - a)
+    # An independent move stays where its noise is large (a state far out gives every
+    # proposal a long bound): beyond a median noise sd of 2 it is not used.
+    calm = float(np.median(sigma_ind)) <= _SHARE_MAX_NOISE_SD
+    share = INDEPENDENT_SHARE if calm and per_draw > 0.3 / d * walk_factor else 0.0
+    return MoveChoice(share, per_draw, walk_factor)
 
 
 class TaylorPenaltyMetropolis(PenaltyMetropolis):
@@ -309,26 +364,11 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         return share
 
     def _compare_moves(self) -> float:
-        taylor = self.taylor
-        probe = np.random.default_rng([0x1D, taylor.point.size])  # public: fixed probes
-        chol = np.linalg.cholesky(np.asarray(taylor.covariance, dtype=np.float64))
         walk = self.adapter.scaling * self.adapter.chol
-        factor_walk, factor_ind, sigma_ind = [], [], []
-        for _ in range(_SHARE_PROBES):
-            x0 = taylor.point + chol @ probe.standard_normal(taylor.point.size)
-            x_walk = x0 + walk @ probe.standard_normal(x0.size)
-            x_ind, _ = taylor.independent_proposal(probe, x0)
-            for x1, out in ((x_walk, factor_walk), (x_ind, factor_ind)):
-                sigma = self._sensitivity_and_noise(taylor.residual_length(x0, x1))[2]
-                out.append(2.0 * norm.cdf(-0.5 * sigma))
-            sigma_ind.append(sigma)
-        d = taylor.point.size if taylor.index is None else taylor.index.size
-        walk_eff = 0.3 / d * float(np.mean(factor_walk))
-        a = 0.8 * float(np.mean(factor_ind))
-        # An independent move stays where its noise is large (a state far out gives every
-        # proposal a long bound): beyond a median noise sd of 2 it is not used.
-        calm = float(np.median(sigma_ind)) <= _SHARE_MAX_NOISE_SD
-        return INDEPENDENT_SHARE if calm and a / (2.0 - a) > walk_eff else 0.0
+        choice = compare_moves(
+            self.taylor, walk, lambda length: self._sensitivity_and_noise(length)[2]
+        )
+        return choice.share
 
     def _bound_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """The residual length ``max(||u||, ||u'||, 1)^order ||u' - u||`` (public: the two

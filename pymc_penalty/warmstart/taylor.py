@@ -34,6 +34,7 @@ from pymc_penalty.warmstart import WarmStart, WarmStartTarget
 
 __all__ = [
     "MAX_SECOND_ORDER_DIM",
+    "NEWTON_RADIUS",
     "ONESHOT_SHARES",
     "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
@@ -63,6 +64,11 @@ MAX_SECOND_ORDER_DIM = 12
 #: prototype's split, ``benchmarks/taylor_prototype.py``; first order gives ``G`` the
 #: Hessian's shares).
 ONESHOT_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "hist_r": 0.03, "G": 0.82, "H": 0.09}
+
+#: The released mode's search stays within ``NEWTON_RADIUS * sqrt(d)`` whitened units of the
+#: expansion point (``_released_mode``); a start on that bound is not the released model's
+#: mode (:mod:`pymc_penalty.planning.taylor_forecast` reads it).
+NEWTON_RADIUS = 10.0
 
 _CLIP_Q = 0.9  # clips: a public tail factor times the noisy 90% quantile of the norms
 _FACTOR_G, _FACTOR_H = 2.0, 3.0
@@ -158,7 +164,7 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
     """
     d, k = t.size, embed.shape[0]
     quad = release.H if order == 2 and release.H is not None else -np.eye(k)
-    cap = 10.0 * math.sqrt(d)
+    cap = NEWTON_RADIUS * math.sqrt(d)
     quad_v = embed.T @ quad @ embed
 
     def objective(v: np.ndarray) -> float:
