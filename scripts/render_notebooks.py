@@ -227,22 +227,23 @@ def main(argv: list[str] | None = None) -> int:
         ["python scripts/render_notebooks.py"]
         + [Path(a).resolve().relative_to(ROOT).as_posix() for a in args.notebooks]
     )
-    # The kernels inherit this environment: small figures, unbuffered output.
-    rc = Path(tempfile.mkdtemp(prefix="render-notebooks-")) / "matplotlibrc"
-    rc.write_text(f"figure.dpi: {DPI}\nsavefig.dpi: figure\n")
-    os.environ.update({"MATPLOTLIBRC": str(rc), "PYTHONUNBUFFERED": "1"})
     OUT.mkdir(parents=True, exist_ok=True)
     failed = []
-    for path in paths:
-        t0 = time.perf_counter()
-        print(f"{path.name} ...", flush=True)
-        try:
-            out = render_notebook(path, command, args.timeout)
-        except Exception as err:  # report every notebook, then fail
-            failed.append(path.name)
-            print(f"{path.name} FAILED: {str(err)[-3000:]}", file=sys.stderr, flush=True)
-            continue
-        print(f"  -> {out.relative_to(ROOT)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="render-notebooks-") as tmp:
+        # The kernels inherit this environment: small figures, unbuffered output.
+        rc = Path(tmp) / "matplotlibrc"
+        rc.write_text(f"figure.dpi: {DPI}\nsavefig.dpi: figure\n")
+        os.environ.update({"MATPLOTLIBRC": str(rc), "PYTHONUNBUFFERED": "1"})
+        for path in paths:
+            t0 = time.perf_counter()
+            print(f"{path.name} ...", flush=True)
+            try:
+                out = render_notebook(path, command, args.timeout)
+            except Exception as err:  # report every notebook, then fail
+                failed.append(path.name)
+                print(f"{path.name} FAILED: {str(err)[-3000:]}", file=sys.stderr, flush=True)
+                continue
+            print(f"  -> {out.relative_to(ROOT)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     write_index()
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
