@@ -28,7 +28,15 @@ extensions = [
     "numpydoc",
 ]
 
-exclude_patterns = ["_build", "**/.ipynb_checkpoints", "**/.jupyter_cache", "Thumbs.db"]
+# tutorials/: the notebooks' rendered Markdown copies for GitHub readers
+# (scripts/render_notebooks.py); the site renders the notebooks themselves.
+exclude_patterns = [
+    "_build",
+    "**/.ipynb_checkpoints",
+    "**/.jupyter_cache",
+    "Thumbs.db",
+    "tutorials/**",
+]
 root_doc = "index"
 
 # --- MyST and notebooks ----------------------------------------------------------------------
