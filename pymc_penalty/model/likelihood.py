@@ -185,7 +185,16 @@ def likelihood_coordinates(
     hyperparameter seen only by the prior, such as a hierarchical model's group mean and
     scale) moves no row's log-likelihood. Model structure only, no data.
     """
-    reached = set(ancestors(per_datapoint_terms(model)))
+    return _reading_mask(per_datapoint_terms(model), value_vars, point)
+
+
+def _reading_mask(
+    terms: Sequence[pt.TensorVariable],
+    value_vars: Sequence[Variable],
+    point: dict[str, np.ndarray],
+) -> np.ndarray:
+    """The raveled coordinates whose value variable is an ancestor of ``terms``."""
+    reached = set(ancestors(terms))
     return np.concatenate(
         [np.full(np.size(point[v.name]), v in reached, dtype=bool) for v in value_vars]
     )
@@ -291,6 +300,9 @@ class PenaltyLikelihood:
         control: RowControl | None = None,
     ) -> None:
         obs_terms = per_datapoint_terms(model)
+        #: Which raveled coordinates the rows' log-likelihood reads (model structure only:
+        #: :func:`likelihood_coordinates` of this graph, built once).
+        self.reads = _reading_mask(obs_terms, value_vars, point)
         per_point = obs_terms[0]
         for term in obs_terms[1:]:
             per_point = per_point + term

@@ -187,7 +187,7 @@ def finalize_result(
         callback.check_against_ledger()
     own = getattr(step, "extra_report", None) or {}  # a budgeted step's own warm start
     # The ledger's releases no chain made (a budgeted step's screen, warm start, one-shot).
-    others = int(getattr(step, "other_releases", own.get("dp_warm_start_releases", 0)))
+    others = int(getattr(step, "other_releases", 0))
     releases = (
         None
         if callback is not None

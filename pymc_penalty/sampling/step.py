@@ -27,7 +27,7 @@ from pymc_penalty.model.checks import (
     rule_rows,
     validate_model,
 )
-from pymc_penalty.model.likelihood import PenaltyLikelihood, likelihood_coordinates
+from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.budget import RunPlan, available_mu, calibrate
 from pymc_penalty.privacy.chain_slots import ChainSlots
 from pymc_penalty.privacy.ledger import PrivacyLedger
@@ -364,7 +364,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
             control=self._row_control,
         )
         # The coordinates no row reads (model structure only: no data).
-        reads = likelihood_coordinates(model, vars, initial_point)
+        reads = self._lik.reads
         self._free_index = np.flatnonzero(~reads) if reads.any() else np.zeros(0, dtype=int)
         super().__init__(vars, shared={}, blocked=True, rng=rng)
         declare_proposal_stat(self, size)
@@ -405,8 +405,13 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         tuning then uses exactly the proposal and clip the last tuning draw recorded.
         """
         self._start_step()
-        x1 = self.adapter.propose(self.rng, x0).astype(x0.dtype, copy=False)
+        x1 = self._draw(x0).astype(x0.dtype, copy=False)
         return x1, self._bound_length(x0, x1)
+
+    def _draw(self, x0: np.ndarray) -> np.ndarray:
+        """The proposal itself (public: the chain's generator and the tuned proposal); a
+        variant with moves of its own overrides it."""
+        return self.adapter.propose(self.rng, x0)
 
     def _bound_length(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """The length the clip bound scales by for the move ``x0 -> x1`` (public inputs only;
@@ -488,7 +493,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         coordinates, scaled by ``2.38 / sqrt(k)``; the uniforms come from the chain's
         generator. No data is read and nothing is released or charged."""
         free = self._free_index
-        if not free.size or self.free_moves <= 0 or not hasattr(self._lik, "shift_current"):
+        if not free.size or self.free_moves <= 0:
             return x
         chol = self._free_chol()
         logprior = self._lik.current_logprior

@@ -68,6 +68,13 @@ _SHARE_MAX_NOISE_SD = 2.0
 INDEPENDENT_DF = 7.0
 
 
+def _log_t(e: np.ndarray, chol: np.ndarray) -> float:
+    """The log density, up to its constant, of the independent moves' multivariate t at the
+    offset ``e`` from its centre (scale ``chol chol'``)."""
+    z = solve_triangular(chol, np.asarray(e, dtype=np.float64), lower=True)
+    return -0.5 * (INDEPENDENT_DF + z.size) * math.log1p(float(z @ z) / INDEPENDENT_DF)
+
+
 @dataclass(frozen=True)
 class TaylorModel:
     """The released Taylor model and what the chains need from it.
@@ -166,7 +173,7 @@ class TaylorModel:
         x0 = np.asarray(x0, dtype=np.float64)
         x1 = x0.copy()
         x1[index] = centre + chol @ z / math.sqrt(w)
-        return x1, self._log_t(x0[index], chol) - self._log_t(x1[index], chol)
+        return x1, _log_t(x0[index] - centre, chol) - _log_t(x1[index] - centre, chol)
 
     def _proposal_block(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(chol, centre, index)`` of the independent proposal (cached: public values)."""
@@ -177,12 +184,6 @@ class TaylorModel:
             kept = (np.linalg.cholesky(cov), np.asarray(self.point, np.float64)[index], index)
             object.__setattr__(self, "_proposal_cache", kept)  # frozen: a derived cache
         return kept
-
-    def _log_t(self, x: np.ndarray, chol: np.ndarray) -> float:
-        """The t density's log at the block ``x``, up to its constant."""
-        centre = self._proposal_block()[1]
-        e = solve_triangular(chol, np.asarray(x, dtype=np.float64) - centre, lower=True)
-        return -0.5 * (INDEPENDENT_DF + e.size) * math.log1p(float(e @ e) / INDEPENDENT_DF)
 
     def report(self) -> dict[str, Any]:
         """The report's ``dp_taylor_*`` keys (public values)."""
@@ -248,18 +249,17 @@ def compare_moves(
     forecast (:mod:`pymc_penalty.planning.taylor_forecast`) both use it."""
     probe = np.random.default_rng([0x1D, taylor.point.size])  # public: fixed probes
     chol = np.linalg.cholesky(np.asarray(taylor.covariance, dtype=np.float64))
-    factor_walk, factor_ind, sigma_ind = [], [], []
-    for _ in range(int(probes)):
+    sigma_walk, sigma_ind = np.empty(int(probes)), np.empty(int(probes))
+    for j in range(int(probes)):
         x0 = taylor.point + chol @ probe.standard_normal(taylor.point.size)
         x_walk = x0 + walk_chol @ probe.standard_normal(x0.size)
         x_ind, _ = taylor.independent_proposal(probe, x0)
-        for x1, out in ((x_walk, factor_walk), (x_ind, factor_ind)):
-            sigma = float(sigma_of(taylor.residual_length(x0, x1)))
-            out.append(2.0 * norm.cdf(-0.5 * sigma))
-        sigma_ind.append(sigma)
+        sigma_walk[j] = sigma_of(taylor.residual_length(x0, x_walk))
+        sigma_ind[j] = sigma_of(taylor.residual_length(x0, x_ind))
     d = taylor.point.size if taylor.index is None else taylor.index.size
-    walk_factor = float(np.mean(factor_walk))
-    a = 0.8 * float(np.mean(factor_ind))
+    # A penalty test with noise sd sigma accepts about 2 Phi(-sigma / 2) as often.
+    walk_factor = float(np.mean(2.0 * norm.cdf(-0.5 * sigma_walk)))
+    a = 0.8 * float(np.mean(2.0 * norm.cdf(-0.5 * sigma_ind)))
     per_draw = a / (2.0 - a)
     # An independent move stays where its noise is large (a state far out gives every
     # proposal a long bound): beyond a median noise sd of 2 it is not used.
@@ -290,6 +290,8 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
     #: Share of the moves after tuning drawn from the released model's approximation; None:
     #: chosen at the first step after tuning (:meth:`_independent_share`).
     independent_share: float | None = None
+    #: This step's Hastings term ``log q(x) - log q(x')`` (0 but for an independent move).
+    _hastings: float = 0.0
 
     def __init__(
         self, vars: list | None = None, *, taylor: TaylorModel | None, **kwargs: Any
@@ -325,18 +327,17 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
             "point; r released: dp_taylor_residual_clip)"
         )
 
-    def _propose(self, x0: np.ndarray) -> tuple[np.ndarray, float]:
+    def _draw(self, x0: np.ndarray) -> np.ndarray:
         """After tuning, :attr:`independent_share` of the moves are drawn independently from
         the released model's approximation (:meth:`TaylorModel.independent_proposal`); the
         others, and every tuning move (whose acceptance tunes the walk's scaling), are the
-        random walk's. The choice uses the chain's generator: public."""
+        random walk's. The choice uses the chain's generator: public. The independent move's
+        Hastings term is kept for the release (:meth:`_release_sum`)."""
         self._hastings = 0.0
         if self.taylor is None or self.tune or self.rng.random() >= self._independent_share():
-            return super()._propose(x0)
-        self._start_step()
+            return super()._draw(x0)
         x1, self._hastings = self.taylor.independent_proposal(self.rng, x0)
-        x1 = x1.astype(x0.dtype, copy=False)
-        return x1, self._bound_length(x0, x1)
+        return x1
 
     def _independent_share(self) -> float:
         """:attr:`independent_share`, or where it is None :data:`INDEPENDENT_SHARE` when an
@@ -396,5 +397,5 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
             return out
         u0, u1 = self._whitened(state.position, x1)
         model = self.taylor.release
-        public = model.model(u1) - model.model(u0) + getattr(self, "_hastings", 0.0)
+        public = model.model(u1) - model.model(u0) + self._hastings
         return out._replace(d_hat=out.d_hat + public)

@@ -23,10 +23,7 @@ import numpy as np
 
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import WarmStartRefused
-from pymc_penalty.model.likelihood import (
-    RowControl,
-    likelihood_coordinates,
-)
+from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.taylor import clips as tc
 from pymc_penalty.sampling.taylor import TaylorModel
@@ -245,7 +242,7 @@ def taylor_oneshot(
     d = t.size
     # The Taylor model lives on the coordinates the rows read (a hyperparameter only the
     # prior sees gets neither Taylor terms nor their noise).
-    index = np.flatnonzero(likelihood_coordinates(target.model, target.value_vars, target.point))
+    index = np.flatnonzero(target.likelihood.reads)
     if index.size == 0:
         index = np.arange(d)
     k = index.size
