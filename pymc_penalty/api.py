@@ -303,11 +303,7 @@ def sample(
             "`return_inferencedata` must be True: the privacy report lives in InferenceData."
         )
     # The step is built after the warm start has spent: its arguments are checked now.
-    check_step_kwargs(
-        step_kwargs,
-        PenaltyMetropolis,
-        int(sum(np.size(v) for v in model.initial_point().values())),
-    )
+    check_step_kwargs(step_kwargs, PenaltyMetropolis, model.initial_point())
     given_adapt = (step_kwargs.get("proposal") or ProposalPolicy()).adapt
     # This function's own settings, in the step's groups.
     step_kwargs["clip"] = dataclasses.replace(

@@ -50,7 +50,7 @@ from pymc_penalty.sampling.options import (
 from pymc_penalty.sampling.setup import (
     DEFAULT_PLAN,
     check_noise_arguments,
-    check_proposal_arguments,
+    check_top_arguments,
 )
 from pymc_penalty.sampling.step import PenaltyMetropolis as _Step
 from pymc_penalty.sampling.taylor import (
@@ -481,8 +481,7 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
             get("epsilon"), get("delta"), get("plan"), get("mu"), get("noise_sd"),
             clip.value, get("ledger"),
         )  # fmt: skip
-        size = int(sum(np.size(v) for v in model.initial_point().values()))
-        check_proposal_arguments(kwargs, size)
+        check_top_arguments(kwargs, model.initial_point())
         min_rows = check_min_rows(privacy.min_rows)
         neighbours = privacy.neighbours
         ledger = get("ledger")

@@ -200,5 +200,16 @@ def test_bad_input_is_refused_before_anything_is_spent():
             pp.PenaltyMetropolis(
                 epsilon=2.0, delta=1e-5, ledger=ledger, method="taylor", warm_start=0
             )
+        # Arguments the low-level step would check only after the screen, the warm start and
+        # the one-shot had spent: refused first.
+        for bad in (
+            dict(blocked=False),
+            dict(rng="abc"),
+            dict(tune="yes"),
+            dict(initial_point={"other": 1.0}),
+            dict(compile_kwargs={"mode": "NO_SUCH_MODE"}),
+        ):
+            with pytest.raises(pp.InvalidArgumentError, match=f"`{next(iter(bad))}"):
+                pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5, ledger=ledger, **bad)
     assert ledger.spent_mu2 == 0.0
     assert math.isfinite(ledger.spent_mu2)

@@ -23,6 +23,7 @@ from pymc_penalty.errors import (
     PlanMismatchWarning,
     UnpublishedResultWarning,
 )
+from pymc_penalty.model.likelihood import step_mode
 from pymc_penalty.privacy.budget import PrivacyBudget, RunPlan
 from pymc_penalty.sampling.options import (
     DEFAULT_ADAPT_WINDOW,
@@ -46,7 +47,7 @@ __all__ = [
     "check_budget_ledger",
     "check_noise_arguments",
     "check_positive",
-    "check_proposal_arguments",
+    "check_top_arguments",
     "check_proposal_dist",
     "check_proposal_shape",
     "check_step_kwargs",
@@ -281,12 +282,13 @@ SET_BY_SAMPLE_FIELDS = {
 }
 
 
-def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
+def check_step_kwargs(step_kwargs: Any, step_class: type, point: Mapping[str, Any]) -> None:
     """``pymc_penalty.sample``'s ``step_kwargs`` (its old keywords already grouped:
     :func:`~pymc_penalty.sampling.options.group_step_options`), checked as ``step_class``
     checks them but before anything is spent (the warm start spends before the step is
     built): unknown names and the ones ``sample`` sets, the group fields it sets, and the
-    proposal's distribution, shape (``size``: the raveled parameter count) and scaling.
+    step's top-level arguments (:func:`check_top_arguments`; ``point``: the model's initial
+    point).
 
     Raises
     ------
@@ -313,22 +315,66 @@ def check_step_kwargs(step_kwargs: Any, step_class: type, size: int) -> None:
                     f"`step_kwargs` sets {type(policy).__name__}.{field}, which "
                     f"pymc_penalty.sample sets from its own `{argument}`: pass it there."
                 )
-    check_proposal_arguments(kwargs, size)
+    check_top_arguments(kwargs, point)
 
 
-def check_proposal_arguments(kwargs: Mapping[str, Any], size: int) -> None:
-    """The step's top-level proposal arguments, before anything is spent: ``proposal_dist``,
-    the shape of ``S`` (``size``: the raveled parameter count) and ``scaling``.
+def check_top_arguments(kwargs: Mapping[str, Any], point: Mapping[str, Any]) -> None:
+    """The step's top-level arguments that the step itself would check only after a budgeted
+    step or ``pymc_penalty.sample`` has spent (on its screen, warm start and one-shot): the
+    proposal's distribution, the shape of ``S`` and ``scaling`` (``point``: the model's
+    initial point, for the raveled size), ``tune``, ``blocked``, ``rng``, ``initial_point``
+    (every value variable, its size) and ``compile_kwargs``' mode.
 
     Raises
     ------
     InvalidArgumentError or ValueError
+        Naming the argument and the accepted range.
     """
+    size = int(sum(np.size(v) for v in point.values()))
     check_proposal_dist(kwargs.get("proposal_dist"))
     if kwargs.get("S") is not None:
         check_proposal_shape(kwargs["S"], size)
     if "scaling" in kwargs:
         check_step_arguments(scaling=kwargs["scaling"])
+    if not isinstance(kwargs.get("tune", True), bool | np.bool_):
+        raise InvalidArgumentError(f"`tune` must be True or False; got {_type(kwargs['tune'])}.")
+    check_blocked(kwargs.get("blocked", True))
+    rng = kwargs.get("rng")
+    if rng is not None:
+        try:
+            np.random.default_rng(rng)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                "`rng` must be None, an integer seed, a SeedSequence or a numpy Generator; "
+                f"got {_type(rng)}."
+            ) from None
+    given = kwargs.get("initial_point")
+    if given is not None:
+        if not isinstance(given, Mapping) or any(
+            name not in given or np.size(given[name]) != np.size(value)
+            for name, value in point.items()
+        ):
+            raise InvalidArgumentError(
+                "`initial_point` must map every value variable "
+                f"({sorted(point)}) to a value of its size, as model.initial_point() does."
+            )
+    compile_kwargs = kwargs.get("compile_kwargs")
+    if compile_kwargs is not None:
+        if not isinstance(compile_kwargs, Mapping):
+            raise InvalidArgumentError(
+                f"`compile_kwargs` must be a dict or None; got {_type(compile_kwargs)}."
+            )
+        try:
+            step_mode(compile_kwargs.get("mode"))
+        except (TypeError, ValueError, KeyError):
+            raise InvalidArgumentError(
+                "`compile_kwargs['mode']` must be a PyTensor mode or its name (e.g. 'FAST_RUN', "
+                "'NUMBA', 'JAX')."
+            ) from None
+
+
+def _type(value: Any) -> str:
+    return f"a {type(value).__name__}"
 
 
 def check_proposal_shape(S: Any, size: int) -> np.ndarray:
