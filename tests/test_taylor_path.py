@@ -276,9 +276,9 @@ def test_sample_taylor_end_to_end_spends_the_budget_and_reports() -> None:
     assert "observed_data" not in idata.groups() and "constant_data" not in idata.groups()
     # the chains mixed on the residual path (ESS far above the plain walk's few draws),
     # unless the forecast made before the chains already said they would not: fresh noise
-    # gave ESS 375-1831 in 8 of 8 runs with forecasts 957-1620, and 43 and 52 in two earlier
-    # runs whose released model forecast about 20 (a one-shot draw the chains cannot mix on:
-    # issue 27, the released mode search's bound)
+    # gave ESS 375-1831 in 8 runs with forecasts 957-1620, 52 in one run whose forecast was
+    # 20.5 and 43 in a full-suite run (forecast not recorded): a one-shot draw the chains
+    # mix poorly on, an open issue 27 item
     assert attrs["dp_ess_bulk_min"] > 50 or attrs["dp_forecast_ess"] < 50
     # the phases add up to what was spent, the one-shot a phase of its own
     costs = pp.diagnostics.phase_costs(idata)
