@@ -18,6 +18,7 @@ from pymc_penalty.errors import InvalidArgumentError, UtilityWarning
 from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.planning.forecast import forecast_verdict
 from pymc_penalty.planning.taylor_forecast import (
+    _ON_THE_BOUND,
     forecast_taylor,
     start_offset,
     taylor_forecast_report,
@@ -220,10 +221,17 @@ def test_sample_on_the_taylor_path_reports_the_forecast():
     assert attrs["dp_method"] == "taylor"
     noise = attrs["dp_taylor_noise_sd"]
     assert noise >= RESIDUAL_NOISE_SD * (1 - 1e-9)
-    # The walk's forecast, raised by the draws' independent moves where the step uses them.
-    walk_only = forecast_taylor(d=2, draws=300, tune=200, chains=2, noise_sd=noise)
-    assert attrs["dp_forecast_ess"] >= walk_only.ess * (1 - 1e-12)
     assert "forecast" in str(pp.report(idata))
     assert attrs["dp_forecast_verdict"] in ("good", "ok", "poor", "hopeless")
+    plan = dict(d=2, draws=300, tune=200, chains=2, noise_sd=noise)
+    if attrs["dp_taylor_start_offset"] >= _ON_THE_BOUND:
+        # Some one-shot draws (fresh OS noise: CI met one) leave the released mode search on
+        # its bound; the forecast then says so, about two effective draws per chain.
+        lost = forecast_taylor(**plan, start_found=False)
+        assert attrs["dp_forecast_ess"] == pytest.approx(lost.ess)
+        return
+    # The walk's forecast, raised by the draws' independent moves where the step uses them.
+    walk_only = forecast_taylor(**plan)
+    assert attrs["dp_forecast_ess"] >= walk_only.ess * (1 - 1e-12)
     # The realised ESS is within a factor 3 of the forecast on this short run.
     assert 1 / 3 < attrs["dp_ess_bulk_min"] / attrs["dp_forecast_ess"] < 3
