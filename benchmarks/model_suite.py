@@ -25,6 +25,7 @@ Methods (a registry: :func:`register_method` adds one by name):
   (``random_seed``, ``cores=1`` and ``progressbar=False`` aside; ``method="auto"``, the
   Taylor path on these models, since 2026-11-27; before, the plain penalty walk);
 - ``taylor``: the same with ``method="taylor"`` (the Taylor control-variate path);
+- ``taylor_one_stage``: ``taylor`` with the one-shot's single expansion (for comparison);
 - ``penalty``: the same with ``method="penalty"`` (the plain penalty walk);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
   ``idata = pm.sample(step=step)`` at pm.sample's defaults (``cores=1``, so 2 chains), then
@@ -328,6 +329,19 @@ def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str
 def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``pp.sample(epsilon=, delta=, method="taylor")``, otherwise as ``pp_sample``."""
     return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
+@register_method("taylor_one_stage")
+def run_taylor_one_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with its one-shot as one expansion at the warm start's point (the release
+    before the two-stage one-shot, ``TAYLOR_FIRST_STAGE = 1``), for comparison."""
+    from pymc_penalty import budgeted
+
+    saved, budgeted.TAYLOR_FIRST_STAGE = budgeted.TAYLOR_FIRST_STAGE, 1.0
+    try:
+        return _run_method(ds, epsilon, seed, quick, "taylor")
+    finally:
+        budgeted.TAYLOR_FIRST_STAGE = saved
 
 
 @register_method("penalty")

@@ -71,7 +71,13 @@ from pymc_penalty.warmstart import (
     prepare_warm_start,
     private_warm_start,
 )
-from pymc_penalty.warmstart.taylor import TAYLOR_SHARE, TAYLOR_TUNE, taylor_oneshot
+from pymc_penalty.warmstart.taylor import (
+    TAYLOR_FIRST_STAGE,
+    TAYLOR_SHARE,
+    TAYLOR_TUNE,
+    far_from_expansion,
+    taylor_oneshot,
+)
 
 __all__ = [
     "PenaltyMetropolis",
@@ -127,11 +133,15 @@ def run_taylor_oneshot(
     mu: float,
     ledger: Any,
     noise_rng: np.random.Generator | None,
+    **stage: Any,
 ) -> TaylorModel:
-    """:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot` spending ``mu`` from ``ledger``;
-    the ledger's unused reservation is returned after it (also when it is refused)."""
+    """:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot` spending ``mu`` from ``ledger``
+    (``stage``: its ``previous`` and ``residual``); the ledger's unused reservation is
+    returned after it (also when it is refused)."""
     try:
-        return taylor_oneshot(target, warm, mu=float(mu), ledger=ledger, noise_rng=noise_rng)
+        return taylor_oneshot(
+            target, warm, mu=float(mu), ledger=ledger, noise_rng=noise_rng, **stage
+        )
     finally:
         ledger.release_unused()
 
@@ -219,15 +229,41 @@ def run_private_start(
     )
     if not taylor:
         return warm, None
-    model_release = run_taylor_oneshot(
+    oneshot_mu2 = available_mu(ledger) ** 2 * TAYLOR_SHARE
+    if TAYLOR_FIRST_STAGE >= 1.0:  # one stage (the comparison in the diagnostics script)
+        model_release = run_taylor_oneshot(
+            target, warm, mu=math.sqrt(oneshot_mu2), ledger=ledger, noise_rng=noise_rng
+        )
+        offset = start_offset(model_release, warm.covariance)
+        model_release = dataclasses.replace(model_release, start_offset=offset)
+        return dataclasses.replace(
+            warm, point=model_release.point, covariance=model_release.covariance
+        ), model_release
+    first = run_taylor_oneshot(
         target,
         warm,
-        mu=math.sqrt(available_mu(ledger) ** 2 * TAYLOR_SHARE),
+        mu=math.sqrt(oneshot_mu2 * TAYLOR_FIRST_STAGE),
         ledger=ledger,
         noise_rng=noise_rng,
+        residual=False,
+        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
     )
-    # Where the chains start, in the warm start's metric (public; for the forecast).
-    offset = start_offset(model_release, warm.covariance)
+    rest = math.sqrt(oneshot_mu2 * (1.0 - TAYLOR_FIRST_STAGE))
+    if far_from_expansion(first, warm.covariance):  # expand again where the first points
+        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
+        second = run_taylor_oneshot(target, expand_at, mu=rest, ledger=ledger, noise_rng=noise_rng)
+    else:  # the same sums again, combined with the first's
+        expand_at = warm
+        second = run_taylor_oneshot(
+            target, warm, mu=rest, ledger=ledger, noise_rng=noise_rng, previous=first
+        )
+    model_release = dataclasses.replace(
+        second,
+        mu=math.sqrt(first.mu**2 + second.mu**2),
+        releases=first.releases + second.releases,
+    )
+    # Where the chains start, in the expansion's metric (public; for the forecast).
+    offset = start_offset(model_release, expand_at.covariance)
     model_release = dataclasses.replace(model_release, start_offset=offset)
     warm = dataclasses.replace(warm, point=model_release.point, covariance=model_release.covariance)
     return warm, model_release

@@ -39,15 +39,17 @@ interpolated in the logarithms and held at the edges (beyond ``d = 30`` extrapol
 ``1 / d^2``).
 
 Where the chains start. They start at draws around the released model's mode (the exact
-prior times the released model, found by a damped Newton search within ``10 sqrt(d)``
-whitened units of the warm start's point, :data:`~pymc_penalty.warmstart.taylor.
+prior times the released model, found by a damped Newton search within ``NEWTON_RADIUS
+sqrt(d)`` whitened units of the expansion point, :data:`~pymc_penalty.warmstart.taylor.
 NEWTON_RADIUS`). A start on that bound is not a mode: the released model and the warm start
 disagree by more than the search's reach, and the chains begin an unknown distance from the
 posterior. Measured (``benchmarks/model_suite.py``'s hierarchical model and
 ``scripts/taylor_forecast_check.py``'s gamma and negative binomial regressions, n = 1e4,
 epsilon 1 and 2, 4 chains of 4000 draws): of 13 runs whose start lay on the bound, 11 never
 converged (R-hat 1.31-4.19, smallest bulk ESS 4.3-10.5), 2 did in part (R-hat 1.02-1.04,
-ESS 74-171); every run off the bound reached R-hat 1.05 or less. ArviZ's bulk ESS of chains
+ESS 74-171); every run off the bound reached R-hat 1.05 or less. (Those runs had a bound
+of 10 and a search model that could curve upward; with the concave search and a bound of
+100 no run of ``scripts/taylor_start_diagnostics.py`` stops on it.) ArviZ's bulk ESS of chains
 held apart is about one per chain (4.4 for 4), and chains that drift part of the way reach a
 few more, so there the forecast is two effective draws per chain (``start_found=False``),
 whatever the run's length: a warning that the run will not converge, not a measurement.

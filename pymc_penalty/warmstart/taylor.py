@@ -35,6 +35,8 @@ __all__ = [
     "ONESHOT_SHARES",
     "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
+    "TAYLOR_FIRST_STAGE",
+    "far_from_expansion",
     "TAYLOR_TUNE",
     "taylor_oneshot",
 ]
@@ -45,6 +47,21 @@ __all__ = [
 #: start), where the residual steps cost almost nothing and the one-shot noise decides the
 #: error.
 TAYLOR_SHARE = 0.8
+
+#: Share of the one-shot ``mu^2`` spent on a first expansion at the warm start's point. The
+#: rest is a second release: at the first's released mode, in its covariance, where that
+#: mode or metric is far from the warm start's (:func:`far_from_expansion`), otherwise at the
+#: same point and clips, combined with the first (as one release of the whole share). A warm
+#: start many posterior sds off, or with a covariance several times too small (seen on a
+#: negative binomial and a hierarchical model: ``scripts/taylor_start_diagnostics.py``),
+#: gives a quadratic model that is wrong where the posterior is.
+TAYLOR_FIRST_STAGE = 0.3
+
+#: :func:`far_from_expansion`'s thresholds: the released mode more than this many whitened
+#: units per coordinate (RMS) from the expansion point, or a released sd outside this
+#: factor of the expansion's.
+FAR_DISTANCE = 1.5
+FAR_SCALE = 2.0
 
 #: Tuning steps per chain on the Taylor path with ``tune="auto"`` (full covariance adapted
 #: from the released model's covariance).
@@ -64,8 +81,11 @@ ONESHOT_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "hist_r": 0.03, "G": 0.82, "H"
 
 #: The released mode's search stays within ``NEWTON_RADIUS * sqrt(d)`` whitened units of the
 #: expansion point (``_released_mode``); a start on that bound is not the released model's
-#: mode (:mod:`pymc_penalty.planning.taylor_forecast` reads it).
-NEWTON_RADIUS = 10.0
+#: mode (:mod:`pymc_penalty.planning.taylor_forecast` reads it). A guard only: the search's
+#: model is strictly concave. It was 10, and a warm start whose covariance was several times
+#: too small in sd put the mode beyond it (half the hierarchical and negative binomial runs
+#: of ``scripts/taylor_start_diagnostics.py`` stopped on it, 3-8 sds off; none now).
+NEWTON_RADIUS = 100.0
 
 _CLIP_Q = 0.9  # clips: a public tail factor times the noisy 90% quantile of the norms
 _FACTOR_G, _FACTOR_H = 2.0, 3.0
@@ -116,6 +136,27 @@ def _oneshot_clip(
     return max(clip, tc.clip_by_tail(edges, counts, sd, tail=aim))
 
 
+def _stage_clips(g, h_packed, mu_hist_g, mu_hist_h, mus, noise, relation, rows, k):
+    """The one-shot clips ``(c_g, c_H)`` from noisy histograms of the rows' gradient and
+    Hessian norms (``c_H`` None for a first-order model), each charged before the call."""
+    scale = math.sqrt(k / max(rows, 1.0))
+    e_g = tc.geometric_edges(scale, -24, 56, 4)
+    with np.errstate(over="ignore", invalid="ignore"):  # a norm past the float range: top bin
+        norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
+    cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
+    c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, rows, _FACTOR_G)
+    if h_packed is None:
+        return c_g, None
+    e_h = tc.geometric_edges(scale**2, -24, 56, 4)
+    ok = np.all(np.isfinite(h_packed), axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h_ok = np.where(ok[:, None], h_packed, 0.0)
+        norms_h = np.where(ok, tl.packed_frobenius(h_ok, k), 0.0)
+    cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
+    c_H = _oneshot_clip(e_h, cnt, sd, mus["H"], k * (k + 1) // 2, relation, rows, _FACTOR_H)
+    return c_g, c_H
+
+
 def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, index: np.ndarray, n: int, order: int):
     """Per-row whitened gradients (n, k) and packed Hessians (n, k(k+1)/2) or None in
     ``u = L^-1 (x - t)[index]``, by central finite differences of each row's log-likelihood
@@ -156,11 +197,18 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
     In ``x = t + L_full v`` the released model reads ``u = embed v``. Its quadratic form is
     ``H`` (second order) or ``-I`` (first order: the warm start's metric). The precision's
     eigenvalues are floored at three noise sds of the released Hessian's spectrum (a
-    direction the noise can cancel is not trusted to be that flat), and the iterate stays
-    within ``10 sqrt(d)`` whitened units of ``t``.
+    direction the noise can cancel is not trusted to be that flat); so are the released
+    curvature's own in the searched objective, which is therefore strictly concave. The
+    iterate stays within ``NEWTON_RADIUS sqrt(d)`` whitened units of ``t`` (a guard).
     """
     d, k = t.size, embed.shape[0]
     quad = release.H if order == 2 and release.H is not None else -np.eye(k)
+    # The search's model is strictly concave: a released curvature within three noise sds of
+    # flat (or turned upward by the noise) is read as that noise level, the least curvature
+    # the release can tell from none, so the search has a mode to find near t.
+    lam_q, V_q = np.linalg.eigh(0.5 * (quad + quad.T))
+    least = 3.0 * release.sd_H * math.sqrt(k) if order == 2 else 0.0
+    quad = (V_q * np.minimum(lam_q, -least)) @ V_q.T
     cap = NEWTON_RADIUS * math.sqrt(d)
     quad_v = embed.T @ quad @ embed
 
@@ -201,6 +249,20 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
     return t + L_full @ v, 0.5 * (cov + cov.T)
 
 
+def far_from_expansion(model: TaylorModel, covariance: np.ndarray) -> bool:
+    """Whether a stage's released mode and covariance are far from its expansion point and
+    metric (``covariance``, the one it whitened with): the mode more than
+    :data:`FAR_DISTANCE` whitened units per coordinate (RMS) away, or a released sd along
+    some direction outside :data:`FAR_SCALE` times the expansion's. Public values only."""
+    L_full = np.linalg.cholesky(np.asarray(covariance, dtype=np.float64))
+    v = np.linalg.solve(L_full, np.asarray(model.point, np.float64) - np.asarray(model.t))
+    if float(np.linalg.norm(v)) > FAR_DISTANCE * math.sqrt(v.size):
+        return True
+    inner = np.linalg.solve(L_full, np.linalg.solve(L_full, model.covariance).T)
+    lam = np.linalg.eigvalsh(0.5 * (inner + inner.T))
+    return bool(lam.min() < FAR_SCALE**-2 or lam.max() > FAR_SCALE**2)
+
+
 def taylor_oneshot(
     target: WarmStartTarget,
     warm: WarmStart,
@@ -209,6 +271,9 @@ def taylor_oneshot(
     ledger: Any,
     order: int | str = "auto",
     noise_rng: np.random.Generator | None = None,
+    previous: TaylorModel | None = None,
+    residual: bool = True,
+    clip_mu: float | None = None,
 ) -> TaylorModel:
     """Release the rows' Taylor sums at the warm start's point once, spending ``mu``.
 
@@ -227,6 +292,16 @@ def taylor_oneshot(
         ``"auto"``: 2 up to :data:`MAX_SECOND_ORDER_DIM` parameters, else 1.
     noise_rng : numpy.random.Generator, optional
         Privacy noise (OS entropy by default; seed only for reproducible, non-private runs).
+    previous : TaylorModel, optional
+        An earlier stage expanded at the same point in the same metric: its order and clips
+        are reused (no clip histograms), and the new sums are combined with its release
+        (:func:`pymc_penalty.privacy.taylor.combine_releases`).
+    residual : bool, default True
+        Release the residual clip's histogram (the chains' clip); a first stage skips it and
+        gives its share to ``G``.
+    clip_mu : float, optional
+        The ``mu`` the clips are chosen for (default ``mu``): a first stage whose sums a
+        second may join aims them at the whole one-shot's noise.
 
     Returns
     -------
@@ -246,6 +321,12 @@ def taylor_oneshot(
     if index.size == 0:
         index = np.arange(d)
     k = index.size
+    if previous is not None:
+        same = np.array_equal(previous.t, t) and np.array_equal(previous.index, index)
+        L_prev = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
+        if not (same and np.array_equal(previous.L, L_prev)):
+            raise ValueError("`previous` must be expanded at the same point and coordinates")
+        order = previous.order
     if order == "auto":
         order = 2 if k <= MAX_SECOND_ORDER_DIM else 1
     if order not in (1, 2):
@@ -258,6 +339,13 @@ def taylor_oneshot(
     shares = dict(ONESHOT_SHARES)
     if order == 1:
         shares["G"] += shares.pop("H") + shares.pop("hist_h")
+    dropped = (["hist_r"] if not residual else []) + (
+        [name for name in ("hist_g", "hist_h") if name in shares] if previous is not None else []
+    )
+    for name in dropped:  # what is not released goes to G and H in their proportion
+        shares.pop(name)
+    total = sum(shares.values())
+    shares = {name: v / total for name, v in shares.items()}
     mus = {name: math.sqrt(v * float(mu) ** 2) for name, v in shares.items()}
     spent = [0.0, 0]
 
@@ -272,29 +360,26 @@ def taylor_oneshot(
         return mus[name]
 
     # Everything the releases read is computed after the first charge.
-    mu_hist_g = charge("hist_g")
-    mu_hist_h = charge("hist_h") if order == 2 else 0.0  # before the Hessians are read
-    g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
     scale = math.sqrt(k / max(rows, 1.0))
-    e_g = tc.geometric_edges(scale, -24, 56, 4)
-    with np.errstate(over="ignore", invalid="ignore"):  # a norm past the float range: top bin
-        norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
-    cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
-    c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, rows, _FACTOR_G)
-    c_H = None
-    if order == 2:
-        e_h = tc.geometric_edges(scale**2, -24, 56, 4)
-        ok = np.all(np.isfinite(h_packed), axis=1)
-        with np.errstate(over="ignore", invalid="ignore"):
-            h_ok = np.where(ok[:, None], h_packed, 0.0)
-            norms_h = np.where(ok, tl.packed_frobenius(h_ok, k), 0.0)
-        cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
-        c_H = _oneshot_clip(e_h, cnt, sd, mus["H"], k * (k + 1) // 2, relation, rows, _FACTOR_H)
+    if previous is not None:  # the same rows' terms: the earlier stage's clips
+        mu_G = charge("G")
+        g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
+        c_g = previous.clip_g
+        c_H = None if order == 1 else previous.clip_H
+    else:
+        mu_hist_g = charge("hist_g")
+        mu_hist_h = charge("hist_h") if order == 2 else 0.0  # before the Hessians are read
+        g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
+        aim = {name: v * float(clip_mu or mu) / float(mu) for name, v in mus.items()}
+        c_g, c_H = _stage_clips(g, h_packed, mu_hist_g, mu_hist_h, aim, noise, relation, rows, k)
     coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
     del g, h_packed
-    mu_G = charge("G")
+    if previous is None:
+        mu_G = charge("G")
     mu_H = charge("H") if order == 2 else 0.0
     release = tl.release_packed_sums(coef, k, c_g, c_H, mu_G, mu_H, noise, relation)
+    if previous is not None:
+        release = tl.combine_releases(previous.release, release)
     embed = np.linalg.solve(L, L_full[index, :])  # u = embed v where x = t + L_full v
     point, cov = _released_mode(release, target.prior, t, L_full, embed, order)
     model = TaylorModel(
@@ -313,6 +398,8 @@ def taylor_oneshot(
         index=index,
     )
 
+    if not residual:
+        return dataclasses.replace(model, mu=math.sqrt(spent[0]), releases=int(spent[1]))
     # The residual clip r: a noisy histogram of each row's largest residual ratio over
     # public probe moves around the start, in the chains' own proposal scale.
     mu_hist_r = charge("hist_r")

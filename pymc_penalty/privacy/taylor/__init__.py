@@ -27,6 +27,7 @@ one-shot clip: the clipped-away part of a row's Taylor terms stays in its residu
 
 from __future__ import annotations
 
+import math
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "clip_rank_one_rows",
     "clip_rows",
     "clipped_residual_sum",
+    "combine_releases",
     "hessian_noise_sds",
     "noise_aware_draws",
     "oneshot_sensitivities",
@@ -386,6 +388,28 @@ def _noisy_sums(
     sd_H = dH / mu_H
     H_rel = snap_noisy(H + symmetric_noise(d, sd_H, rng), hessian_noise_sds(d, sd_H))
     return TaylorRelease(G_rel, H_rel, sd_G, sd_H, mu_G**2 + mu_H**2)
+
+
+def combine_releases(a: TaylorRelease, b: TaylorRelease) -> TaylorRelease:
+    """Two releases of the same clipped sums (same rows, expansion point, whitening and clips),
+    weighted by their inverse noise variances (post-processing of both).
+
+    The result's noise has sd ``(sd_a^-2 + sd_b^-2)^-1/2`` per entry (each of ``G`` and ``H``
+    on its own), as one release spending ``mu2_a + mu2_b`` would: Gaussian noises of the
+    same sum combine without loss. Both must be of the same order.
+    """
+
+    def weighted(x, y, sx: float, sy: float) -> tuple[np.ndarray, float]:
+        wx, wy = 1.0 / sx**2, 1.0 / sy**2
+        return (wx * x + wy * y) / (wx + wy), 1.0 / math.sqrt(wx + wy)
+
+    if (a.H is None) != (b.H is None):
+        raise ValueError("combine_releases needs two releases of the same order")
+    G, sd_G = weighted(a.G, b.G, a.sd_G, b.sd_G)
+    H, sd_H = None, 0.0
+    if a.H is not None:
+        H, sd_H = weighted(a.H, b.H, a.sd_H, b.sd_H)
+    return TaylorRelease(G, H, sd_G, sd_H, a.mu2 + b.mu2)
 
 
 def residual_rows(
