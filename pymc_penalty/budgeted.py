@@ -72,6 +72,7 @@ from pymc_penalty.warmstart import (
     private_warm_start,
 )
 from pymc_penalty.warmstart.taylor import (
+    FIRST_STAGE_SHARES,
     TAYLOR_FIRST_STAGE,
     TAYLOR_SHARE,
     TAYLOR_TUNE,
@@ -247,6 +248,7 @@ def run_private_start(
         noise_rng=noise_rng,
         residual=False,
         clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
+        shares=FIRST_STAGE_SHARES,
     )
     rest = math.sqrt(oneshot_mu2 * (1.0 - TAYLOR_FIRST_STAGE))
     if far_from_expansion(first, warm.covariance):  # expand again where the first points

@@ -30,6 +30,7 @@ from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import WarmStart, WarmStartTarget
 
 __all__ = [
+    "FIRST_STAGE_SHARES",
     "MAX_SECOND_ORDER_DIM",
     "NEWTON_RADIUS",
     "ONESHOT_SHARES",
@@ -78,6 +79,11 @@ MAX_SECOND_ORDER_DIM = 12
 #: prototype's split, ``benchmarks/taylor_prototype.py``; first order gives ``G`` the
 #: Hessian's shares).
 ONESHOT_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "hist_r": 0.03, "G": 0.82, "H": 0.09}
+
+#: A first stage's shares (no residual histogram). Far from the mode the released mode's
+#: error is mostly the Hessian noise times the distance (``|dH| |t - mode|``), so the first
+#: stage spends more on ``H`` than a stage at the mode does.
+FIRST_STAGE_SHARES = {"hist_g": 0.03, "hist_h": 0.03, "G": 0.47, "H": 0.47}
 
 #: The released mode's search stays within ``NEWTON_RADIUS * sqrt(d)`` whitened units of the
 #: expansion point (``_released_mode``); a start on that bound is not the released model's
@@ -274,6 +280,7 @@ def taylor_oneshot(
     previous: TaylorModel | None = None,
     residual: bool = True,
     clip_mu: float | None = None,
+    shares: dict[str, float] | None = None,
 ) -> TaylorModel:
     """Release the rows' Taylor sums at the warm start's point once, spending ``mu``.
 
@@ -302,6 +309,9 @@ def taylor_oneshot(
     clip_mu : float, optional
         The ``mu`` the clips are chosen for (default ``mu``): a first stage whose sums a
         second may join aims them at the whole one-shot's noise.
+    shares : dict, optional
+        Shares of ``mu^2`` by release (default :data:`ONESHOT_SHARES`; a first stage's
+        :data:`FIRST_STAGE_SHARES`); those not released are spread over the others.
 
     Returns
     -------
@@ -336,14 +346,14 @@ def taylor_oneshot(
     relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
     n = target.n
     rows = float(warm.n_rows)  # public: n, or the released count under add/remove-one
-    shares = dict(ONESHOT_SHARES)
+    shares = dict(ONESHOT_SHARES if shares is None else shares)
     if order == 1:
         shares["G"] += shares.pop("H") + shares.pop("hist_h")
     dropped = (["hist_r"] if not residual else []) + (
         [name for name in ("hist_g", "hist_h") if name in shares] if previous is not None else []
     )
     for name in dropped:  # what is not released goes to G and H in their proportion
-        shares.pop(name)
+        shares.pop(name, None)
     total = sum(shares.values())
     shares = {name: v / total for name, v in shares.items()}
     mus = {name: math.sqrt(v * float(mu) ** 2) for name, v in shares.items()}
