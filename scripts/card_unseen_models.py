@@ -7,27 +7,44 @@ privacy noise every run):
   ``x ~ N(0, 1)``, priors ``b ~ N(0, 1)``, ``alpha ~ HalfNormal(5)``;
 - ``probit``: probit regression, covariates ``N(0, 1)`` and ``N(0, 3^2)``, ``b ~ N(0, 1)``.
 
-For each: NUTS (1000 draws, 2 chains), ``pp.sample(epsilon=, delta=1e-5)`` at its defaults and
-the card usage ``pm.sample(step=pp.PenaltyMetropolis(epsilon=, delta=1e-5))`` at
-``pm.sample``'s defaults, one core. Printed per run: the report's verdict and method, the RMS
+- ``negbin``: ``scripts/taylor_forecast_check.py``'s negative binomial regression (6
+  covariates and an unknown dispersion; its data set 0).
+
+For each: NUTS (1000 draws, 2 chains), ``pp.sample(epsilon=, delta=1e-5)`` at its defaults
+(``pp_sample``), the card usage ``pm.sample(step=pp.PenaltyMetropolis(epsilon=, delta=1e-5))``
+at ``pm.sample``'s defaults (``card``), and, for comparison, ``pp_sample`` with the Taylor
+one-shot as one expansion (``pp_sample_one_stage``: ``TAYLOR_FIRST_STAGE = 1``, the release
+before the two-stage one-shot), one core. Printed per run: the report's verdict and method, the RMS
 over parameters of the mean's error in NUTS sd, and the sd ratios. Last line ``RESULT {json}``.
 
-Run ``python scripts/card_unseen_models.py [--n 5000] [--eps 2] [--runs 2]``.
+Run ``python scripts/card_unseen_models.py [--n 5000] [--eps 2] [--runs 2] [--models ...]
+[--ways ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pymc as pm
 
 import pymc_penalty as pp
+from pymc_penalty import budgeted
+
+MODELS = ("gamma", "probit", "negbin")
+WAYS = ("pp_sample", "card", "pp_sample_one_stage")
 
 
 def build(name: str, n: int) -> pm.Model:
+    if name == "negbin":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from taylor_forecast_check import build as build_check
+
+        return build_check("negbin", n, 0)
     rng = np.random.default_rng({"gamma": 11, "probit": 12}[name])
     with pm.Model() as model:
         if name == "gamma":
@@ -65,19 +82,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--eps", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--models", nargs="+", default=["gamma", "probit"], choices=MODELS)
+    parser.add_argument("--ways", nargs="+", default=["pp_sample", "card"], choices=WAYS)
     args = parser.parse_args(argv)
     result = {}
-    for name in ("gamma", "probit"):
+    for name in args.models:
         model = build(name, args.n)
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref = pm.sample(1000, chains=2, cores=1, progressbar=False, random_seed=1).posterior
-        for way in ("pp_sample", "card"):
+        for way in args.ways:
             for run in range(args.runs):
                 with model, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     if way == "pp_sample":
                         idata = pp.sample(epsilon=args.eps, delta=1e-5, cores=1, progressbar=False)
+                    elif way == "pp_sample_one_stage":
+                        saved, budgeted.TAYLOR_FIRST_STAGE = budgeted.TAYLOR_FIRST_STAGE, 1.0
+                        try:
+                            idata = pp.sample(
+                                epsilon=args.eps, delta=1e-5, cores=1, progressbar=False
+                            )
+                        finally:
+                            budgeted.TAYLOR_FIRST_STAGE = saved
                     else:
                         step = pp.PenaltyMetropolis(epsilon=args.eps, delta=1e-5)
                         raw = pm.sample(step=step, cores=1, progressbar=False)
@@ -85,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 rms, ratios = compare(idata.posterior, ref)
                 a = idata.attrs
                 print(
-                    f"{name:7s} {way:9s} run {run}: {a['dp_method']:7s} {a['dp_convergence']:14s}"
+                    f"{name:7s} {way:19s} run {run}: {a['dp_method']:7s} {a['dp_convergence']:14s}"
                     f" R-hat {a['dp_r_hat_max']:.3f} RMS error {rms:.2f} sd, sd ratios {ratios}",
                     flush=True,
                 )
