@@ -447,9 +447,9 @@ def validate_model(
         Whether the guarantee is for add/remove-one neighbours, under which the datapoint
         count is private: free variables with an axis of the data's length are refused.
     min_rows : int, optional
-        Under add/remove-one, a public lower bound on the number of rows: every shape rule
-        then compares lengths with it instead of the private count (:func:`rule_rows`), so
-        no decision depends on ``n``.
+        Under add/remove-one, where it is required, a public lower bound on the number of
+        rows: every shape rule compares lengths with it instead of the private count
+        (:func:`rule_rows`), so no decision depends on ``n``.
 
     Returns
     -------
@@ -458,6 +458,8 @@ def validate_model(
 
     Raises
     ------
+    InvalidArgumentError
+        Under add/remove-one without ``min_rows`` (:func:`rule_rows`).
     ModelNotPrivateError
         With a message naming the offending variable or feature.
     """
