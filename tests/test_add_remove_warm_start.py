@@ -31,7 +31,9 @@ QUIET = {"progressbar": False, "compute_convergence_checks": False, "cores": 1}
 ADD_REMOVE_WARM_RELEASES = 3 * WARM_START_STEPS + 1
 SUBSTITUTE_WARM_RELEASES = 3 * WARM_START_STEPS  # no count of the rows: n is public
 #: The public lower bound on the rows that add/remove-one requires (below every n used here).
-MIN_ROWS = 100
+#: Above 100: the gate counts a constant with at least ``min_rows`` elements as records, and
+#: the anisotropic Gaussian's known covariance has 10 x 10.
+MIN_ROWS = 1000
 
 
 def conjugate(n: int, *, initval: float | None = None, seed: int = 11):
