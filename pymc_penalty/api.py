@@ -163,11 +163,14 @@ def sample(
         posterior with its metric, and only the scaling and the clip are tuned).
     neighbours : {"substitute", "add_remove"}
     min_rows : int, optional
-        Under add/remove-one, a public lower bound (``>= 2``) on the number of rows, fixed
-        without looking at the table: the model gate's shape rules compare lengths with it
-        instead of the private count, so no refusal depends on ``n`` (a table with fewer
-        rows is refused before anything is spent). Without it a refusal can tell ``n``.
-        Recorded as ``dp_min_rows``.
+        Under add/remove-one, where it is required, a public lower bound (``>= 2``) on the
+        number of rows, fixed without looking at the table: the model gate's shape rules
+        compare lengths with it instead of the private count, so no refusal depends on ``n``
+        (a table with fewer rows is refused before anything is spent). Without it the call
+        is refused, the same for every table, before anything is spent: a refusal that
+        compared lengths with ``n`` could tell whether one record is in the table (issue
+        28). Recorded as ``dp_min_rows``. Ignored under substitute-one; with ``shards``
+        passed to :func:`~pymc_penalty.distributed.sample_sharded`; not with ``owners``.
     clip : float or "auto", default "auto"
         Clip constant of the per-datapoint log-likelihood ratios. ``"auto"`` finds it during
         tuning from the released noisy clipped counts (aiming at ``min(0.2%, 0.06 / sqrt(n))``
@@ -287,12 +290,13 @@ def sample(
 
         check_jax_backend(pm_sample_kwargs, step_kwargs, parties, model=model)
     if parties is not None:  # owners or shards on a cluster: pymc_penalty.distributed
-        if min_rows is not None:
-            raise InvalidArgumentError(
-                "`min_rows` is not supported with `owners` or `shards`; leave it out."
-            )
+        if min_rows is not None and shards is None:
+            # Several owners: no model gate runs on a table there, so no bound is used.
+            raise InvalidArgumentError("`min_rows` is not supported with `owners`; leave it out.")
         chains = resolve_chains(chains, 0.0, None)  # no warm start there
-        args = {k: v for k, v in dict(locals(), **pm_sample_kwargs).items() if k != "min_rows"}
+        args = dict(locals(), **pm_sample_kwargs)
+        if shards is None:
+            del args["min_rows"]
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).

@@ -215,6 +215,10 @@ class ClippingWarning(UserWarning):
 
 
 class MembershipWarning(UserWarning):
-    """Under add/remove-one neighbours without ``min_rows``, a refusal by the model gate can
-    depend on the private number of rows (issue 28): pass ``min_rows``, a public lower bound,
-    so that every refusal is a function of public inputs only."""
+    """No longer issued: kept so that code which filters it keeps working.
+
+    It said that under add/remove-one neighbours without ``min_rows`` a refusal by the model
+    gate could depend on the private number of rows (issue 28). ``min_rows``, a public lower
+    bound on the rows, is now required under add/remove-one: without it every entry point
+    raises :class:`InvalidArgumentError` (naming ``min_rows``, the same for every table)
+    before anything is spent, so the case this warned about cannot arise."""

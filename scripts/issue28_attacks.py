@@ -6,7 +6,8 @@ Usage (from the repository root; PYTHONPATH chooses which checkout is measured):
 
 Prints one line per attack. On e48aff3 the bisection recovers the record, the n / n + 1
 outcomes differ, and the chunks publish every record; after issue 28 none of that happens
-(item 2 with ``min_rows``; without it the old rules still apply and the script says so).
+(item 2 with ``min_rows``; without it, now that ``min_rows`` is required under add/remove-one,
+the step is refused with the same message for every n, which the script prints).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import pymc as pm
 import pymc_penalty as pp
 
 SECRET = 7.3
+#: Refusals of an argument (``min_rows`` missing under add/remove-one): a subclass of
+#: TypeError, told apart from an older checkout's TypeError for an unknown keyword.
+_ARGUMENT_ERROR = getattr(pp, "InvalidArgumentError", ())
 
 
 def _outcome(build, **kwargs) -> str:
@@ -29,6 +33,8 @@ def _outcome(build, **kwargs) -> str:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 pp.PenaltyMetropolis(**kwargs)
+        except _ARGUMENT_ERROR as exc:
+            return f"refused: {type(exc).__name__}: {str(exc)[:60]}"
         except TypeError as exc:
             return f"TypeError ({exc})"
         except Exception as exc:  # noqa: BLE001 (the outcome is what is printed)

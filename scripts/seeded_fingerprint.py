@@ -68,6 +68,7 @@ def run() -> dict[str, str]:
             tune=60,
             chains=2,
             neighbours="add_remove",
+            min_rows=100,  # required under add/remove-one (a public bound below n = 1500)
             step_kwargs=repro,
             **common,
         )

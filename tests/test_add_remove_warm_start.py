@@ -30,6 +30,10 @@ QUIET = {"progressbar": False, "compute_convergence_checks": False, "cores": 1}
 #: count of the rows, gradient), then curvature, gradient and clipped count in each of the others.
 ADD_REMOVE_WARM_RELEASES = 3 * WARM_START_STEPS + 1
 SUBSTITUTE_WARM_RELEASES = 3 * WARM_START_STEPS  # no count of the rows: n is public
+#: The public lower bound on the rows that add/remove-one requires (below every n used here).
+#: Above 100: the gate counts a constant with at least ``min_rows`` elements as records, and
+#: the anisotropic Gaussian's known covariance has 10 x 10.
+MIN_ROWS = 1000
 
 
 def conjugate(n: int, *, initval: float | None = None, seed: int = 11):
@@ -69,6 +73,7 @@ def test_default_add_remove_run_spends_within_budget_and_reports_the_warm_start(
         draws=50,
         chains=2,
         neighbours="add_remove",
+        min_rows=MIN_ROWS,
         model=model,
         random_seed=1,
         **QUIET,
@@ -131,6 +136,7 @@ def test_default_add_remove_chains_land_on_the_conjugate_model():
         draws=500,
         chains=2,
         neighbours="add_remove",
+        min_rows=MIN_ROWS,
         model=model,
         random_seed=3,
         **QUIET,
@@ -175,7 +181,9 @@ def test_without_the_warm_start_the_chains_do_not_land():
     sd and R-hat 1.22-1.60 (mean 1.38), and the seeded run 0.20 and R-hat 1.24."""
     n = 10_000
     model, mean, sd = anisotropic_gaussian(n, 10)
-    kwargs = dict(epsilon=6.0, delta=0.1 / n, draws=300, chains=2, neighbours="add_remove")
+    kwargs = dict(
+        epsilon=6.0, delta=0.1 / n, draws=300, chains=2, neighbours="add_remove", min_rows=MIN_ROWS
+    )
 
     def rms_error(idata):
         draws = idata.posterior["th"].values.reshape(-1, mean.size)
@@ -213,6 +221,7 @@ def _starved(model, **kwargs):
         tune=20,
         chains=2,
         neighbours="add_remove",
+        min_rows=MIN_ROWS,
         model=model,
         random_seed=2,
         **kwargs,
@@ -277,7 +286,15 @@ def test_the_found_clip_starts_from_the_released_count():
     """After the warm start the chains' found clip starts where substitute-one's would, at the
     released count of the rows; without a warm start (control) at 1, as before."""
     model, _, _ = conjugate(N_ODD)
-    kwargs = dict(epsilon=4.0, delta=1e-5, draws=10, tune=10, chains=2, neighbours="add_remove")
+    kwargs = dict(
+        epsilon=4.0,
+        delta=1e-5,
+        draws=10,
+        tune=10,
+        chains=2,
+        neighbours="add_remove",
+        min_rows=MIN_ROWS,
+    )
     # clip_tail pinned at 1: the start's factor from the warm start's found clip (released,
     # noisy) is tested in test_clip_tail.py; here, the row count it starts from.
     kwargs["step_kwargs"] = {"clip_tail": 1.0}

@@ -172,7 +172,8 @@ def test_add_remove_step_audits_below_its_claim():
         Y1,
         record=HIGH1,
         relation="add",
-        step=lambda: pp.PenaltyMetropolis(mu=1.0, clip=1.0, neighbours="add_remove"),
+        # min_rows: public, below both data sets' rows (20 and 21), the same for both.
+        step=lambda: pp.PenaltyMetropolis(mu=1.0, clip=1.0, neighbours="add_remove", min_rows=10),
         point=PAIR1[0],
         proposal=PAIR1[1],
         runs=RUNS,

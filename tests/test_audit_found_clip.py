@@ -26,6 +26,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
+from pymc_penalty import InvalidArgumentError
 from pymc_penalty import audit as pa
 from pymc_penalty.warmstart import scoring as warmstart_scoring
 
@@ -34,6 +35,8 @@ Y_UNIFORM = np.random.default_rng(3).uniform(-1.0, 1.0, size=2000)
 #: The added record: clipped in every release.
 FAR = 1e3
 RUNS = 2_000
+#: The public lower bound on the rows that add/remove-one requires: below both data sets'.
+MIN_ROWS = 1000
 MU = 0.5
 
 
@@ -53,6 +56,7 @@ def _audit(label: str) -> pa.AuditResult:
         mu=MU,
         clip="auto",
         steps=2,
+        min_rows=MIN_ROWS,
         runs=RUNS,
         label=label,
     )
@@ -95,3 +99,13 @@ def test_found_clip_without_count_noise_is_caught(monkeypatch):
 def test_audit_warm_start_refuses_an_unknown_clip_name():
     with pytest.raises(ValueError, match="clip"):
         pa.audit_warm_start(normal_mean, Y_UNIFORM[:10], record=FAR, clip="found", runs=100)
+
+
+def test_audit_warm_start_under_add_remove_needs_min_rows():
+    """As every entry point under add/remove-one: without ``min_rows`` (or with one below 2)
+    the audit is refused before its first release."""
+    for bad in (None, 1):
+        with pytest.raises(InvalidArgumentError, match="min_rows"):
+            pa.audit_warm_start(
+                normal_mean, Y_UNIFORM[:10], record=FAR, relation="add", min_rows=bad, runs=100
+            )

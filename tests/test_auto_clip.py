@@ -118,6 +118,7 @@ def test_auto_clip_start_does_not_depend_on_n_under_add_remove():
                 clip="auto",
                 clip_mode="metric",
                 neighbours="add_remove",
+                min_rows=20,  # public, below both n
                 warm_start=0,  # the found clip's own start (a warm start starts it elsewhere)
             )
         starts.append((step.clip, step.clip_adapter.n_rows))

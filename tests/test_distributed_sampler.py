@@ -158,6 +158,7 @@ def test_a_killed_owner_stops_the_run_and_a_resume_charges_nothing_twice(tmp_pat
     ("extra", "match"),
     [
         ({"warm_start": 0.2}, "`warm_start` is not available with `owners`"),
+        ({"min_rows": 10}, "`min_rows` is not supported with `owners`"),
         ({"keep_data": True}, "`keep_data` is not available"),
         ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
         ({"step_kwargs": {"proposal": "guided"}}, r"`step_kwargs` \['proposal'\]"),

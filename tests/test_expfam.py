@@ -10,7 +10,7 @@ import pytest
 from conftest import posterior_check
 from scipy import stats
 
-from pymc_penalty import ModelNotPrivateError
+from pymc_penalty import InvalidArgumentError, ModelNotPrivateError, PrivacyPolicy
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
@@ -43,7 +43,9 @@ def test_add_remove_releases_the_count_and_stays_exact():
         lam = pm.Gamma("lam", 2.0, 1.0)
         pm.Poisson("y", lam, observed=y)
         step = ExpFamPenaltyMetropolis(
-            data_bound=50, xi=400.0, neighbours="add_remove", reproducible_noise=True
+            data_bound=50,
+            xi=400.0,
+            privacy=PrivacyPolicy("add_remove", min_rows=100, reproducible_noise=True),
         )
     assert step.sensitivity == pytest.approx(np.hypot(50.0, 1.0))
     idata = _sample(model, step)
@@ -237,9 +239,41 @@ def test_normal_sensitivity_follows_neighbours():
         m = pm.Normal("m", 0.0, 1.0)
         pm.Normal("y", m, 1.0, observed=np.zeros(10))
         sub = ExpFamPenaltyMetropolis(data_bound=3.0, mu=1.0)
-        add = ExpFamPenaltyMetropolis(data_bound=3.0, mu=1.0, neighbours="add_remove")
+        add = ExpFamPenaltyMetropolis(
+            data_bound=3.0, mu=1.0, privacy=PrivacyPolicy("add_remove", min_rows=10)
+        )
     # Add/remove also releases the count n: the statistic is (y, 1), of norm <= hypot(3, 1).
     assert sub.sensitivity == 6.0 and add.sensitivity == pytest.approx(10**0.5)
+
+
+def test_add_remove_needs_min_rows_and_refuses_the_same_for_n_and_n_plus_one():
+    """Under add/remove-one the step needs ``min_rows``, a public lower bound on the rows, as
+    every step does (issue 28): the refusal is the same for n and n + 1 rows and never prints
+    n; with the bound the step is built and reports it. ``released_rows`` does not apply."""
+    messages = []
+    for n in (23, 24):
+        with pm.Model():
+            m = pm.Normal("m", 0.0, 1.0)
+            pm.Normal("y", m, 1.0, observed=np.zeros(n))
+            with pytest.raises(InvalidArgumentError, match="min_rows") as info:
+                ExpFamPenaltyMetropolis(data_bound=3.0, mu=1.0, privacy=PrivacyPolicy("add_remove"))
+            messages.append(str(info.value))
+            step = ExpFamPenaltyMetropolis(
+                data_bound=3.0, mu=1.0, privacy=PrivacyPolicy("add_remove", min_rows=20)
+            )
+            assert step.min_rows == 20
+            with pytest.raises(ModelNotPrivateError, match="min_rows"):
+                ExpFamPenaltyMetropolis(
+                    data_bound=3.0, mu=1.0, privacy=PrivacyPolicy("add_remove", min_rows=30)
+                )
+            with pytest.raises(InvalidArgumentError, match="released_rows"):
+                ExpFamPenaltyMetropolis(
+                    data_bound=3.0,
+                    mu=1.0,
+                    privacy=PrivacyPolicy("add_remove", min_rows=20, released_rows=20.0),
+                )
+    assert messages[0] == messages[1]
+    assert not any(str(n) in text for n in (23, 24) for text in messages)
 
 
 def _poisson_step(n):

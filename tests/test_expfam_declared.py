@@ -8,7 +8,7 @@ import pytest
 from conftest import leaked_strings, posterior_check
 from scipy import stats
 
-from pymc_penalty import ModelNotPrivateError
+from pymc_penalty import ModelNotPrivateError, PrivacyPolicy
 from pymc_penalty.errors import DeclarationMismatchError
 from pymc_penalty.variants import ExpFamPenaltyMetropolis, SufficientStatistic
 
@@ -128,7 +128,9 @@ def test_sum_is_clipped_to_the_bound_and_sensitivity_follows_neighbours():
     with _weibull_model():
         sub = ExpFamPenaltyMetropolis(statistic=_declaration(bound=4.0), mu=1.0)
         add = ExpFamPenaltyMetropolis(
-            statistic=_declaration(bound=4.0), mu=1.0, neighbours="add_remove"
+            statistic=_declaration(bound=4.0),
+            mu=1.0,
+            privacy=PrivacyPolicy("add_remove", min_rows=10),
         )
     assert sub.sensitivity == 8.0 and add.sensitivity == pytest.approx(17**0.5)
     assert sub.xi == pytest.approx(64.0) and add.xi == pytest.approx(17.0)

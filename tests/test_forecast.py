@@ -327,6 +327,7 @@ def test_no_forecast_under_add_remove_where_n_is_private(small_model):
             tune=20,
             chains=2,
             neighbours="add_remove",
+            min_rows=20,  # public, below the model's 40 rows
             warm_start=0,
             model=small_model,
             random_seed=1,

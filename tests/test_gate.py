@@ -29,6 +29,9 @@ from pymc_penalty.results.report import attach_report
 from pymc_penalty.variants import ExpFamPenaltyMetropolis
 
 N = 120
+#: The public lower bound on the rows that add/remove-one requires (ignored under
+#: substitute-one).
+MIN_ROWS = 100
 RNG = np.random.default_rng(20261124)
 X = RNG.normal(size=(N, 2))
 Y_BIN = RNG.binomial(1, 0.5, size=N)
@@ -230,7 +233,7 @@ def test_stripping_removes_data_outputs_and_record_ids(neighbours):
     with model:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            step = PenaltyMetropolis(mu=0.5, neighbours=neighbours)
+            step = PenaltyMetropolis(mu=0.5, neighbours=neighbours, min_rows=MIN_ROWS)
             idata = pm.sample(draws=5, tune=5, chains=1, step=step, random_seed=1, cores=1, **QUIET)
         pm.sample_posterior_predictive(idata, extend_inferencedata=True, progressbar=False)
     assert "obs_id" in idata.posterior_predictive.coords  # the raw result has record ids
@@ -528,7 +531,7 @@ def test_per_datapoint_free_variables_are_refused_under_add_remove():
         u = pm.Normal("u", 0, 0.5, dims="obs")
         pm.Poisson("y", pm.math.exp(a + u), observed=Y_COUNT, dims="obs")
         with pytest.raises(ModelNotPrivateError, match="number of datapoints is private") as err:
-            PenaltyMetropolis(mu=0.5, neighbours="add_remove")
+            PenaltyMetropolis(mu=0.5, neighbours="add_remove", min_rows=MIN_ROWS)
         assert str(N) not in str(err.value)
         PenaltyMetropolis(mu=0.5)  # control: under substitute-one the count is public
 
@@ -540,7 +543,7 @@ def test_clipped_fraction_is_not_released_under_add_remove():
         pm.Normal("y", m, 1.0, observed=Y_REAL)
         fractions: dict[str, list[float]] = {}
         for relation in ("substitute", "add_remove"):
-            step = PenaltyMetropolis(mu=0.5, clip=0.5, neighbours=relation)
+            step = PenaltyMetropolis(mu=0.5, clip=0.5, neighbours=relation, min_rows=MIN_ROWS)
             point = model.initial_point()
             stats = [step.step(point)[1][0] for _ in range(20)]
             fractions[relation] = [s["dp_clipped_fraction"] for s in stats]
@@ -643,7 +646,7 @@ def test_control_per_row_effect_sized_from_the_data_shape_is_accepted():
         PenaltyMetropolis(mu=0.5)
         # Under add/remove-one the count is private, and its shape depends on it.
         with pytest.raises(ModelNotPrivateError, match="prior of 'u' depends on data"):
-            PenaltyMetropolis(mu=0.5, neighbours="add_remove")
+            PenaltyMetropolis(mu=0.5, neighbours="add_remove", min_rows=MIN_ROWS)
 
 
 def test_data_swapped_to_another_shape_after_the_step_is_built_is_refused_before_spending():

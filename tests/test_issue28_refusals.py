@@ -17,7 +17,7 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_penalty as pp
-from pymc_penalty.errors import ScreenRefused, UnevaluableRowsWarning
+from pymc_penalty.errors import InvalidArgumentError, ScreenRefused, UnevaluableRowsWarning
 from pymc_penalty.model.likelihood import clipped_ratio_sum
 from pymc_penalty.model.screen import (
     FAR_ABOVE_ZERO,
@@ -301,11 +301,15 @@ def test_under_add_remove_with_min_rows_the_outcome_is_the_same_for_n_and_n_plus
         assert not any(str(n) in str(o[2:]) for n in ns if n >= 10), o
 
 
-def test_the_red_team_outcomes_differed_without_the_bound():
-    """The control: the same models without ``min_rows`` still compare lengths with n, as
-    the red team found (documented: pass ``min_rows`` under add/remove-one)."""
-    assert _add_remove_outcome(_params(42), 40)[0] == "built"
-    assert _add_remove_outcome(_params(42), 41)[0] == "refused"
+def test_the_red_team_models_without_the_bound_get_one_refusal():
+    """The red team's models without ``min_rows`` (42 parameters accepted at n = 40 and
+    refused at n = 41 before): now one refusal naming ``min_rows`` at both n, so the outcome
+    is the same for n and n + 1 (a must-fail control: the rule with ``min_rows = None``
+    replaced by n would differ, which the test above checks with the bound)."""
+    at_40 = _add_remove_outcome(_params(42), 40)
+    at_41 = _add_remove_outcome(_params(42), 41)
+    assert at_40[0] == "refused" and at_40[1] == "InvalidArgumentError", at_40
+    assert at_40 == at_41
 
 
 def test_min_rows_is_checked_before_anything():
@@ -400,34 +404,50 @@ def test_a_deterministic_reading_any_constant_array_is_not_published():
     assert data_dependent_deterministics(model) == ["two"]
 
 
-# --- item 2 by default: without min_rows the dependence on n is said, the same for every n ----
+# --- item 2 by default: under add/remove-one min_rows is required, the same for every n -------
 
 
-def _gate_warnings(n: int, neighbours: str, min_rows: int | None) -> list[str]:
+def _gate_refusal(n: int, neighbours: str, min_rows: int | None) -> str | None:
     from pymc_penalty.model.checks import validate_model
 
     y = np.random.default_rng(n).normal(size=n)
     with pm.Model() as model:
         m = pm.Normal("m", 0.0, 1.0)
         pm.Normal("y", m, 1.0, observed=y)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    try:
         validate_model(
             model,
             list(model.value_vars),
             add_remove=neighbours == "add_remove",
             min_rows=min_rows,
         )
-    return [str(w.message) for w in caught if issubclass(w.category, pp.MembershipWarning)]
+    except InvalidArgumentError as exc:
+        return str(exc)
+    return None
 
 
-def test_add_remove_without_min_rows_warns_with_a_text_free_of_n():
-    at_40, at_41 = _gate_warnings(40, "add_remove", None), _gate_warnings(41, "add_remove", None)
-    assert at_40 and at_40 == at_41  # said, and the same for n and n + 1
-    assert "40" not in at_40[0] and "41" not in at_41[0] and "min_rows" in at_40[0]
-    # Controls: with a public bound, and under substitute-one (n public), nothing to say.
-    assert _gate_warnings(41, "add_remove", 10) == []
-    assert _gate_warnings(41, "substitute", None) == []
+def test_add_remove_without_min_rows_is_refused_with_a_text_free_of_n():
+    at_40, at_41 = _gate_refusal(40, "add_remove", None), _gate_refusal(41, "add_remove", None)
+    assert at_40 is not None and at_40 == at_41  # refused, and the same for n and n + 1
+    assert "40" not in at_40 and "41" not in at_41 and "min_rows" in at_40
+    # Controls: with a public bound, and under substitute-one (n public), accepted.
+    assert _gate_refusal(41, "add_remove", 10) is None
+    assert _gate_refusal(41, "substitute", None) is None
+
+
+def test_add_remove_without_min_rows_spends_nothing(tmp_path):
+    """pp.sample refuses before its ledger is charged: the ledger file stays empty."""
+    y = np.random.default_rng(0).normal(size=200)
+    with pm.Model():
+        m = pm.Normal("m", 0.0, 1.0)
+        pm.Normal("y", m, 1.0, observed=y)
+        with pytest.raises(InvalidArgumentError, match="min_rows"):
+            pp.sample(
+                epsilon=1.0, delta=1e-5, neighbours="add_remove",
+                ledger_path=str(tmp_path / "ledger"), progressbar=False,
+            )  # fmt: skip
+    ledger = tmp_path / "ledger"
+    assert not ledger.exists() or pp.PrivacyLedger(1.0, str(ledger)).spent_mu2 == 0.0
 
 
 # --- item 1 for the contamination mechanism: the start-value bit ------------------------------

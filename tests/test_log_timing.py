@@ -32,8 +32,8 @@ def _run(n: int, caplog, capfd) -> tuple[list[tuple[str, str]], str, object]:
     ):
         pm.Normal("y", pm.Normal("mu", 0.0, 10.0), 1.0, observed=y)
         idata = pp.sample(
-            epsilon=1.0, delta=1e-5, neighbours="add_remove", warm_start=0, draws=100,
-            tune=100, chains=1, progressbar=True, random_seed=1,
+            epsilon=1.0, delta=1e-5, neighbours="add_remove", min_rows=1000, warm_start=0,
+            draws=100, tune=100, chains=1, progressbar=True, random_seed=1,
         )  # fmt: skip
     logs = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("pymc")]
     out, err = capfd.readouterr()

@@ -14,6 +14,9 @@ from pymc_penalty.accounting import gdp_epsilon
 from pymc_penalty.variants.owners import MultiOwnerPenaltyMetropolis, owner_report
 
 SIZES = (6, 14, 30)  # three owners of unequal sizes
+#: The public lower bound on the rows that add/remove-one requires (ignored under
+#: substitute-one).
+MIN_ROWS = 20
 OWNERS = np.repeat(np.arange(3), SIZES)
 SAMPLE_KWARGS = dict(
     draws=4000, tune=1000, chains=4, cores=1, progressbar=False, compute_convergence_checks=False
@@ -129,19 +132,23 @@ def _private_step(model, **kwargs):
 def test_per_owner_and_outsider_mu_formulas(neighbours, factor):
     model, _ = normal_normal()
     sds = np.array([1.0, 2.0, 4.0])
-    step = _private_step(model, noise_sd=sds, neighbours=neighbours, clip_count_share=0.0)
+    step = _private_step(
+        model, noise_sd=sds, neighbours=neighbours, min_rows=MIN_ROWS, clip_count_share=0.0
+    )
     _, delta, sigmas, count_sd, mu_owners, mu_out = step._owner_noise(0.0)
     assert delta == factor * 0.5
     assert np.all(np.isinf(count_sd))
     np.testing.assert_allclose(mu_owners, delta / sds, rtol=1e-15)
     assert mu_out == pytest.approx(delta / math.sqrt(1 + 4 + 16), rel=1e-15)
     # Equal sds: the outsider faces sqrt(N) sigma, clip count included.
-    step = _private_step(model, noise_sd=1.3, neighbours=neighbours, clip_count_share=0.1)
+    step = _private_step(
+        model, noise_sd=1.3, neighbours=neighbours, min_rows=MIN_ROWS, clip_count_share=0.1
+    )
     _, delta, _, count_sd, mu_owners, mu_out = step._owner_noise(0.0)
     np.testing.assert_allclose(mu_owners, delta / 1.3 / math.sqrt(0.9), rtol=1e-14)
     assert mu_out == pytest.approx(mu_owners[0] / math.sqrt(3), rel=1e-14)
     # Calibrated by mu: every owner gets exactly mu against the others.
-    step = _private_step(model, mu=0.05, neighbours=neighbours)
+    step = _private_step(model, mu=0.05, neighbours=neighbours, min_rows=MIN_ROWS)
     _, _, _, _, mu_owners, mu_out = step._owner_noise(0.0)
     np.testing.assert_allclose(mu_owners, 0.05, rtol=1e-14)
     assert mu_out == pytest.approx(0.05 / math.sqrt(3), rel=1e-14)

@@ -109,7 +109,7 @@ def test_computed_verdict_flags_a_short_run(data):
 
 
 def test_add_remove_does_not_publish_a_clipped_fraction(data):
-    idata = _run(data, draws=30, tune=30, chains=1, neighbours="add_remove")
+    idata = _run(data, draws=30, tune=30, chains=1, neighbours="add_remove", min_rows=100)
     text = str(pp.report(idata))
     assert "not published: under add/remove-one neighbours n is private" in text
     assert str(data.size) not in text  # never n (noisy counts only)

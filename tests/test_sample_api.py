@@ -82,6 +82,7 @@ def test_report_has_every_key_and_survives_netcdf(model, neighbours, tmp_path):
         chains=chains,
         cores=1,
         neighbours=neighbours,
+        min_rows=20,  # required under add/remove-one (below the 40 rows), ignored otherwise
         random_seed=1,
         model=model,
         **QUIET,

@@ -283,6 +283,44 @@ def test_an_unreachable_scheduler_and_a_refused_model_spend_nothing(tmp_path):
     assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
 
 
+def test_add_remove_needs_min_rows_before_any_scheduler_is_touched(tmp_path):
+    """Under add/remove-one ``min_rows`` is required here too: without it the gate (on the
+    driver's placeholders) refuses the run, naming ``min_rows``, before a cluster is reached
+    or anything is spent. With it the gate passes, and the unreachable scheduler is what
+    stops the run, as through pp.sample; a bound above the placeholders' rows
+    (``GATE_ROWS``) is no reason to refuse, the driver never sees the table's rows."""
+    ledger_path = tmp_path / "run.ledger"
+    args = dict(
+        epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP, neighbours="add_remove",
+        cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+    )  # fmt: skip
+    with pytest.raises(pp.InvalidArgumentError, match="`min_rows` is required"):
+        sample_sharded([loader_of(0)], model=normal_model(), **args)
+    with pytest.raises(pp.InvalidArgumentError, match="`min_rows`"):
+        sample_sharded([loader_of(0)], model=normal_model(), min_rows=1, **args)
+    for min_rows in (100, 1000):
+        with pytest.raises(ShardError, match="No Dask scheduler answered"):
+            sample_sharded([loader_of(0)], model=normal_model(), min_rows=min_rows, **args)
+    with pytest.raises(ShardError, match="No Dask scheduler answered"):
+        pp.sample(
+            model=normal_model(), shards=[loader_of(0)], min_rows=100, clip_mode="distance",
+            **args,
+        )  # fmt: skip
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
+
+
+@pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
+def test_an_add_remove_run_records_its_min_rows(client):
+    idata = sample_sharded(
+        [loader_of(0), loader_of(1)], model=normal_model(), cluster=client, epsilon=EPS,
+        delta=DELTA, draws=20, tune=10, chains=2, clip=CLIP, neighbours="add_remove",
+        min_rows=100,
+    )  # fmt: skip
+    assert idata.attrs["dp_neighbours"] == "add_remove"
+    assert idata.attrs["dp_min_rows"] == 100
+    assert "mu" in idata.posterior
+
+
 def test_a_failing_loader_is_named_and_spends_nothing(client, tmp_path):
     ledger_path = tmp_path / "run.ledger"
 

@@ -73,7 +73,7 @@ def test_sensitivity_follows_the_neighbour_relation(normal_model):
             step = PenaltyMetropolis(
                 noise_sd=1.0,
                 clip=ClipPolicy(3.0, mode="constant"),
-                privacy=PrivacyPolicy(neighbours=relation),
+                privacy=PrivacyPolicy(neighbours=relation, min_rows=50),  # n = 100
                 rng=5,
             )
         _, stats = step.step(point)

@@ -328,6 +328,7 @@ def _construction_text(n: int, caplog) -> tuple[list[str], list[str]]:
                 epsilon=0.05,
                 delta=DELTA,
                 neighbours="add_remove",
+                min_rows=20,  # public, below both n
                 plan=RunPlan(100, 100, 2),
                 warm_start=0,  # its released (noisy) values differ run to run, whatever n
             )

@@ -78,19 +78,28 @@ def test_each_old_keyword_warns_once_and_maps_to_its_field(old):
         assert group_step_options(grouped) == grouped
 
 
+#: Old keywords that make a valid step only with another of their group's: under
+#: add/remove-one ``min_rows`` is required (given as its old keyword too, so each warns once).
+COMPANIONS = {"neighbours": "min_rows"}
+
+
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_each_old_keyword_warns_once_through_the_step_and_sets_the_same_step(old):
     group, field = MOVED[old]
+    olds = [old, *([COMPANIONS[old]] if old in COMPANIONS else [])]
+    assert all(MOVED[o][0] == group for o in olds)
     base = dict(noise_sd=1.0, clip="auto") if group == "clip" else dict(noise_sd=1.0)
     cls = {"clip": ClipPolicy, "proposal": ProposalPolicy, "privacy": PrivacyPolicy}[group]
-    new = {group: cls(**{field: OLD_VALUES[old]})}
+    new = {group: cls(**{MOVED[o][1]: OLD_VALUES[o] for o in olds})}
     with _model(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with_old = pp.PenaltyMetropolis(**base, **{old: OLD_VALUES[old]})
-        (warning,) = _future(caught)  # once, through pp.PenaltyMetropolis and its bases
+        with_old = pp.PenaltyMetropolis(**base, **{o: OLD_VALUES[o] for o in olds})
+        # Once per old keyword, through pp.PenaltyMetropolis and its bases.
+        warned = _future(caught)
         with_new = pp.PenaltyMetropolis(**{**base, **new})
-    assert len(_future(caught)) == 1
-    assert warning.filename == __file__
+    assert len(_future(caught)) == len(olds)
+    assert sorted(str(w.message).split("`")[1] for w in warned) == sorted(olds)
+    assert all(w.filename == __file__ for w in warned)
     for name in ("clip", "clip_mode", "clip_count_share", "neighbours", "min_rows"):
         assert getattr(with_old, name) == getattr(with_new, name), name
     for name in ("mode", "window", "target_accept", "kind", "max_step"):
@@ -293,6 +302,7 @@ def test_pp_sample_gives_the_same_draws_with_old_step_kwargs_and_groups(method):
                 tune=40,
                 chains=2,
                 neighbours="add_remove",
+                min_rows=20,  # public, below the model's 200 rows
                 method=method,
                 model=_model(),
                 random_seed=3,

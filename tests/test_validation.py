@@ -423,7 +423,11 @@ UNEVALUABLE = [
     ("step-inf-pm-data", _cold_step, _inf_in_pm_data),
     ("step-negative-count", _cold_step, _negative_poisson),
     ("step-inf-response", _cold_step, _inf_normal_response),
-    ("step-add-remove-123", lambda m, p: _cold_step(m, p, neighbours="add_remove"), _bernoulli_123),
+    (
+        "step-add-remove-123",
+        lambda m, p: _cold_step(m, p, neighbours="add_remove", min_rows=100),  # public, < N
+        _bernoulli_123,
+    ),
     ("expfam-bernoulli-123", _expfam, _bernoulli_p_123),
 ]
 

@@ -19,6 +19,9 @@ from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_st
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 QUIET = dict(progressbar=False, compute_convergence_checks=False)
 N = 2000
+#: The public lower bound on the rows that add/remove-one requires (ignored under
+#: substitute-one).
+MIN_ROWS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +104,7 @@ def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     with model:
         ws = private_warm_start(
             mu=mu, ledger=ledger, clip="auto", steps=steps, neighbours=neighbours,
-            noise_rng=np.random.default_rng(2),
+            min_rows=MIN_ROWS, noise_rng=np.random.default_rng(2),
         )  # fmt: skip
     sched = warm_start_schedule(mu, steps)
     parts = 2 if neighbours == "substitute" else 3
@@ -123,7 +126,9 @@ def test_found_clip_counts_are_charged_before_the_data(model, spy, neighbours):
     # A real ledger records the same total and number of releases.
     real = PrivacyLedger(1.001 * mu)
     with model:
-        private_warm_start(mu=mu, ledger=real, clip="auto", steps=steps, neighbours=neighbours)
+        private_warm_start(
+            mu=mu, ledger=real, clip="auto", steps=steps, neighbours=neighbours, min_rows=MIN_ROWS
+        )
     assert real.releases == len(expected)
     assert math.isclose(real.used_mu2, mu**2, rel_tol=1e-6)
 
@@ -149,6 +154,7 @@ def test_a_tiny_budget_gives_a_metric_not_a_crash(model, neighbours):
                 ledger=PrivacyLedger(1e-3),
                 steps=2,
                 neighbours=neighbours,
+                min_rows=MIN_ROWS,
                 noise_rng=np.random.default_rng(seed),
             )
         assert np.all(np.isfinite(ws.point)) and np.all(np.isfinite(ws.covariance)), seed

@@ -24,6 +24,9 @@ from pymc_penalty.warmstart import WARM_START_STEPS, private_warm_start, warm_st
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 N = 20_000
+#: The public lower bound on the rows that add/remove-one requires (ignored under
+#: substitute-one).
+MIN_ROWS = 1000
 #: pymc_penalty.sample's default warm-start share (20%) of epsilon = 1, delta = 1e-5.
 MU = math.sqrt(0.2) * pp.gdp_mu(1.0, 1e-5)
 
@@ -50,7 +53,7 @@ def _errors(model, mode, sd, neighbours, seeds):
         with model:
             ws = private_warm_start(
                 mu=MU, ledger=PrivacyLedger(1.001 * MU), neighbours=neighbours,
-                noise_rng=np.random.default_rng(seed),
+                min_rows=MIN_ROWS, noise_rng=np.random.default_rng(seed),
             )  # fmt: skip
         out.append((float(ws.point[0]) - mode) / sd)
     return np.asarray(out)
@@ -84,7 +87,11 @@ def test_travelling_releases_nothing_more(far, neighbours, monkeypatch):
         ledger = SpendRecorder()
         with model:
             ws = private_warm_start(
-                mu=MU, ledger=ledger, neighbours=neighbours, noise_rng=np.random.default_rng(0)
+                mu=MU,
+                ledger=ledger,
+                neighbours=neighbours,
+                min_rows=MIN_ROWS,
+                noise_rng=np.random.default_rng(0),
             )
         runs[share] = (ws, ledger.spent)
     (ws, spent), (ws_off, spent_off) = runs.values()
@@ -115,7 +122,7 @@ def test_a_near_start_is_unchanged_bit_for_bit(initval, neighbours, monkeypatch)
         with model:
             ws = private_warm_start(
                 mu=MU, ledger=PrivacyLedger(1.001 * MU), neighbours=neighbours,
-                noise_rng=np.random.default_rng(3),
+                min_rows=MIN_ROWS, noise_rng=np.random.default_rng(3),
             )  # fmt: skip
         outputs.append(
             (ws.point.tobytes(), ws.covariance.tobytes(), ws.clip_history, ws.clipped_fraction)

@@ -25,6 +25,9 @@ from pymc_penalty.warmstart import private_warm_start, split_point, warm_start_s
 
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_penalty.FrozenChainWarning")
 N = 10_000
+#: The public lower bound on the rows that add/remove-one requires (ignored under
+#: substitute-one).
+MIN_ROWS = 1000
 
 
 def _mu(epsilon: float) -> float:
@@ -77,7 +80,7 @@ def _rms_errors(model, mode, sd, epsilon, neighbours, seeds):
         with model:
             ws = private_warm_start(
                 mu=_mu(epsilon), ledger=PrivacyLedger(1.001 * _mu(epsilon)),
-                neighbours=neighbours, noise_rng=np.random.default_rng(seed),
+                neighbours=neighbours, min_rows=MIN_ROWS, noise_rng=np.random.default_rng(seed),
             )  # fmt: skip
         out.append(math.sqrt(np.mean(((ws.point - mode) / sd) ** 2)))
     return np.asarray(out)
@@ -107,7 +110,11 @@ def test_the_capped_steps_spend_exactly_the_schedule(far, neighbours):
     ledger = SpendRecorder()
     with far[0]:
         ws = private_warm_start(
-            mu=mu, ledger=ledger, neighbours=neighbours, noise_rng=np.random.default_rng(0)
+            mu=mu,
+            ledger=ledger,
+            neighbours=neighbours,
+            min_rows=MIN_ROWS,
+            noise_rng=np.random.default_rng(0),
         )
     plain = 2 * steps + 1 + (neighbours == "add_remove") + steps - 1  # as test_warmstart_far
     assert len(ledger.spent) == ws.releases > plain  # it was capped and split
@@ -122,7 +129,7 @@ def _near_outputs(model, neighbours, seed=3):
     with model:
         ws = private_warm_start(
             mu=_mu(1.0), ledger=PrivacyLedger(1.001 * _mu(1.0)), neighbours=neighbours,
-            noise_rng=np.random.default_rng(seed),
+            min_rows=MIN_ROWS, noise_rng=np.random.default_rng(seed),
         )  # fmt: skip
     return ws.point.tobytes(), ws.covariance.tobytes(), ws.clip_history, ws.clipped_fraction
 

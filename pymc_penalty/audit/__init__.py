@@ -64,6 +64,7 @@ from pymc_penalty.audit.engine import (
 )
 from pymc_penalty.audit.stats import epsilon_lower_bound, gaussian_mu_estimate, gaussian_mu_fit
 from pymc_penalty.errors import NotPrivateWarning
+from pymc_penalty.model.checks import check_min_rows
 
 # The public names defined in the private modules are documented here, under this module.
 for _public in (
@@ -326,6 +327,7 @@ def audit_warm_start(
     mu: float = 1.0,
     clip: float | str = 1.0,
     steps: int = 1,
+    min_rows: int | None = None,
     runs: int = 10_000,
     delta: float = 1e-5,
     confidence: float = 0.95,
@@ -352,6 +354,11 @@ def audit_warm_start(
         Passed to ``private_warm_start`` (``steps=1``: one gradient and one curvature release
         at the initial point). ``clip="auto"`` with ``steps >= 2`` audits the clip found from
         the released clipped counts (a count from the second step on).
+    min_rows : int, optional
+        Passed to ``private_warm_start``: under add/remove-one (``relation="add"``), where
+        it is required, a public lower bound (``>= 2``) on the rows of both data sets (at
+        most ``dataset``'s rows), the same for both, so that the audit compares the release
+        on ``n`` and ``n + 1`` rows under one public setting. Ignored under substitute-one.
     runs : int, default 10000
     delta, confidence, label, seed :
         As in :func:`audit_step`.
@@ -365,6 +372,7 @@ def audit_warm_start(
     _check_common(runs, delta, confidence)
     if isinstance(clip, str) and clip != "auto":
         raise ValueError('`clip` must be a positive number or "auto".')
+    min_rows = check_min_rows(min_rows)
     other = _neighbour(dataset, neighbour, record, index, relation)
     neighbours = "substitute" if relation == "substitute" else "add_remove"
     models = []
@@ -379,7 +387,7 @@ def audit_warm_start(
 
     def release_on(model: pm.Model) -> Release:
         # Checked and compiled once per model: each run then costs only its releases.
-        target = prepare_warm_start(model, neighbours=neighbours)
+        target = prepare_warm_start(model, neighbours=neighbours, min_rows=min_rows)
 
         def release() -> dict[str, Any]:
             ws = private_warm_start(
@@ -390,6 +398,7 @@ def audit_warm_start(
                 steps=steps,
                 neighbours=neighbours,
                 target=target,
+                min_rows=min_rows,
             )
             claimed.append(ws.mu)
             iu = np.triu_indices(ws.covariance.shape[0])

@@ -219,6 +219,7 @@ _CARRIED = (
     "tune",
     "chains",
     "neighbours",
+    "min_rows",  # shards only: pymc_penalty.sample refuses it with owners
     "clip",
     "clip_mode",
     "clip_count_share",

@@ -12,9 +12,11 @@ result is finalized (report, stripping) by the same code as :func:`pymc_penalty.
 
 The model gate runs once, on the driver, before any shard is read: on a copy of the model
 whose placeholder ``pm.Data`` containers are filled with :data:`GATE_ROWS` rows of zeros (a
-public stand-in of the right shape; the row-locality probes bring their own synthetic data).
-It reveals nothing about the table. The data checks that depend on values (finite, support of
-count likelihoods) run on each worker after loading, with messages that name the array only.
+public stand-in of the right shape; the row-locality probes bring their own synthetic data;
+under add/remove-one at least ``min_rows`` rows, the public lower bound that the gate's shape
+rules then compare lengths with, as in-process). It reveals nothing about the table. The data
+checks that depend on values (finite, support of count likelihoods) run on each worker after
+loading, with messages that name the array only.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pymc_penalty.distributed.shards import (
     shard_loaders,
     shard_names,
 )
-from pymc_penalty.model.checks import n_datapoints, validate_model
+from pymc_penalty.model.checks import check_min_rows, n_datapoints, validate_model
 from pymc_penalty.results.publish import finalize_result
 
 __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
@@ -48,30 +50,59 @@ __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
 GATE_ROWS = 257
 
 
-def gate_on_placeholders(model: pm.Model, value_vars: list[Any], neighbours: Neighbours) -> None:
+def gate_on_placeholders(
+    model: pm.Model,
+    value_vars: list[Any],
+    neighbours: Neighbours,
+    min_rows: int | None = None,
+) -> None:
     """Run the model gate (:func:`~pymc_penalty.model.checks.validate_model`, row locality
     included) on a copy of ``model`` whose row-carrying ``pm.Data`` placeholders hold
     :data:`GATE_ROWS` rows of zeros: public values, so the gate reveals nothing about the
     shards, and it runs before any of them is read.
 
     A container counts as row-carrying when its leading axis has the placeholder model's
-    datapoint count (give placeholders of one row, as in the docs). Raises
-    :class:`~pymc_penalty.ModelNotPrivateError` for a model that cannot be sampled privately.
+    datapoint count (give placeholders of one row, as in the docs).
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model with placeholder ``pm.Data`` containers.
+    value_vars : list
+        The value variables the chain samples.
+    neighbours : Neighbours
+    min_rows : int, optional
+        Under add/remove-one, where it is required, the public lower bound on the table's
+        rows (:func:`~pymc_penalty.model.checks.rule_rows`): the gate's shape rules compare
+        lengths with it, and the placeholders hold ``max(GATE_ROWS, min_rows)`` rows. The
+        driver never sees the table, so its rows are not compared with the bound: fix it
+        from what is public about the table. Ignored under substitute-one.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Under add/remove-one without ``min_rows``, or ``min_rows`` not an integer ``>= 2``.
+    ModelNotPrivateError
+        For a model that cannot be sampled privately.
     """
+    min_rows = check_min_rows(min_rows)
+    adds = neighbours is Neighbours.ADD_REMOVE
+    rows = GATE_ROWS if not adds or min_rows is None else max(GATE_ROWS, min_rows)
     copy = cloudpickle.loads(cloudpickle.dumps(model))
     n0 = n_datapoints(copy)
     filled = {}
     for var in copy.data_vars:
         value = np.asarray(var.get_value(borrow=True))
         if value.ndim >= 1 and value.shape[0] == n0:
-            filled[var.name] = np.zeros((GATE_ROWS, *value.shape[1:]), dtype=value.dtype)
+            filled[var.name] = np.zeros((rows, *value.shape[1:]), dtype=value.dtype)
     with copy:
         pm.set_data(filled)
     by_name = {v.name: v for v in copy.value_vars}
     validate_model(
         copy,
         [by_name[v.name] for v in value_vars],
-        add_remove=neighbours is Neighbours.ADD_REMOVE,
+        add_remove=adds,
+        min_rows=min_rows,
     )
 
 
@@ -86,6 +117,7 @@ def sample_sharded(
     model: pm.Model | None = None,
     cluster: Any = None,
     neighbours: str = "substitute",
+    min_rows: int | None = None,
     clip: float = 1.0,
     clip_mode: str = "distance",
     clip_count_share: float = 0.05,
@@ -130,6 +162,12 @@ def sample_sharded(
     neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
         As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals). ``clip`` must be a
         number: the found clip (``"auto"``) and the warm start are not available here yet.
+    min_rows : int, optional
+        Under add/remove-one neighbours, where it is required, a public lower bound (``>= 2``)
+        on the number of rows of the whole table, fixed without looking at it: the model
+        gate's shape rules compare lengths with it (:func:`gate_on_placeholders`), and so
+        does the stripping of the result. Recorded as ``dp_min_rows``. Ignored under
+        substitute-one.
     adapt_window, tune_interval
         As :class:`~pymc_penalty.PenaltyMetropolis`.
     random_seed : int, optional
@@ -163,7 +201,8 @@ def sample_sharded(
     ValueError
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
-    idata, r, extra = drive(_Shards(shard_loaders(shards)), locals())
+    min_rows = check_min_rows(min_rows)  # before anything is opened, started or spent
+    idata, r, extra = drive(_Shards(shard_loaders(shards), min_rows), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
 
 
@@ -175,6 +214,10 @@ class _Shards(Party):
     resume_mismatch = "`shards` differ in number from those of the run being resumed."
     party_stats = False  # one party: the curator
 
+    def __init__(self, parties: Any, min_rows: int | None = None) -> None:
+        super().__init__(parties)
+        self.min_rows = min_rows
+
     @property
     def names(self) -> list[str]:
         return shard_names(len(self.parties))
@@ -184,7 +227,7 @@ class _Shards(Party):
         return len(self.names)
 
     def check(self, r: Run) -> None:
-        gate_on_placeholders(r.model, r.value_vars, r.neighbours)
+        gate_on_placeholders(r.model, r.value_vars, r.neighbours, self.min_rows)
 
     def pool_options(self, r: Run, args: Mapping[str, Any]) -> dict[str, Any]:
         """The run's journal and the driver's noise key."""
@@ -200,4 +243,7 @@ class _Shards(Party):
         return [mu]
 
     def report(self, pool: ShardPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
-        return {"dp_shards": len(self.names), "dp_run_id": pool.run}
+        out: dict[str, Any] = {"dp_shards": len(self.names), "dp_run_id": pool.run}
+        if r.neighbours is Neighbours.ADD_REMOVE and self.min_rows is not None:
+            out["dp_min_rows"] = int(self.min_rows)  # the public bound the gate used
+        return out

@@ -15,7 +15,6 @@ through per-row terms (invariant 7), checked by :mod:`pymc_penalty.model.localit
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -27,7 +26,11 @@ from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_penalty.errors import MembershipWarning, ModelNotPrivateError, RowCouplingError
+from pymc_penalty.errors import (
+    InvalidArgumentError,
+    ModelNotPrivateError,
+    RowCouplingError,
+)
 from pymc_penalty.model.locality import (
     carries_records,
     check_row_locality,
@@ -112,10 +115,10 @@ def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
     private: a rule that compares a length with ``n`` (an axis of at least ``n / 2`` is data;
     a published length within one of ``n`` is refused; fewer than two rows skip the probes)
     answers a membership question for free (issue 28: 42 parameters were accepted at
-    ``n = 40`` and refused at ``n = 41``). With ``min_rows``, a public lower bound on ``n``,
-    the rules use ``min_rows`` instead, and every decision is a function of public inputs
-    only. A table with fewer rows than the bound is outside the stated domain and refused
-    (the message names ``min_rows``, never ``n``).
+    ``n = 40`` and refused at ``n = 41``). So under add/remove-one ``min_rows``, a public
+    lower bound on ``n``, is required, and the rules use it instead: every decision is a
+    function of public inputs only. A table with fewer rows than the bound is outside the
+    stated domain and refused (the message names ``min_rows``, never ``n``).
 
     Parameters
     ----------
@@ -132,24 +135,23 @@ def rule_rows(n: int, add_remove: bool, min_rows: int | None) -> int:
 
     Raises
     ------
+    InvalidArgumentError
+        Under add/remove-one without ``min_rows``.
     ModelNotPrivateError
         Under add/remove-one, when the table has fewer rows than ``min_rows``.
     """
     if not add_remove:
         return n
     if min_rows is None:
-        # The same text for every n: the warning itself says nothing about the table.
-        warnings.warn(
-            "Under add/remove-one neighbours without `min_rows`, the model gate's shape rules "
-            "compare lengths with the private number of rows, so whether a model is refused "
-            "can depend on whether one record is in the table (a refusal spends nothing). "
-            "Pass `min_rows` (pymc_penalty.sample's, or a step's PrivacyPolicy.min_rows), a "
-            "public lower bound on the rows fixed without looking at the table, to make every "
-            "refusal a function of public inputs only.",
-            MembershipWarning,
-            stacklevel=2,
+        # Raised for every n alike, before anything reads the data or spends.
+        raise InvalidArgumentError(
+            "Under add/remove-one neighbours `min_rows` is required: a public lower bound on "
+            "the number of rows (an integer >= 2), fixed without looking at the table "
+            "(pymc_penalty.sample's `min_rows`, or a step's PrivacyPolicy(min_rows=...)). "
+            "Without it the model gate's shape rules would compare lengths with the private "
+            "number of rows, and whether a model is refused could tell whether one record is "
+            "in the table (a refusal spends nothing)."
         )
-        return n
     if n < min_rows:
         raise ModelNotPrivateError(
             f"The table has fewer rows than `min_rows` = {min_rows}, the public lower bound "
@@ -445,9 +447,9 @@ def validate_model(
         Whether the guarantee is for add/remove-one neighbours, under which the datapoint
         count is private: free variables with an axis of the data's length are refused.
     min_rows : int, optional
-        Under add/remove-one, a public lower bound on the number of rows: every shape rule
-        then compares lengths with it instead of the private count (:func:`rule_rows`), so
-        no decision depends on ``n``.
+        Under add/remove-one, where it is required, a public lower bound on the number of
+        rows: every shape rule compares lengths with it instead of the private count
+        (:func:`rule_rows`), so no decision depends on ``n``.
 
     Returns
     -------
@@ -456,6 +458,8 @@ def validate_model(
 
     Raises
     ------
+    InvalidArgumentError
+        Under add/remove-one without ``min_rows`` (:func:`rule_rows`).
     ModelNotPrivateError
         With a message naming the offending variable or feature.
     """

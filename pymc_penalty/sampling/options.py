@@ -210,11 +210,13 @@ class PrivacyPolicy:
         number of rows ``n`` is public) or one row added or removed (``B``; ``n`` is private).
     min_rows : int, optional
         Under add/remove-one, a public lower bound (``>= 2``) on the number of rows, fixed
-        without looking at the table. The model gate's shape rules (which arrays could hold
-        records, which published lengths could be ``n``) then compare lengths with it
-        instead of the private ``n``, so no refusal depends on ``n``; a table with fewer
-        rows is refused. Without it, under add/remove-one, a refusal can tell ``n``
-        (issue 28). Ignored under substitute-one.
+        without looking at the table, and required there. The model gate's shape rules
+        (which arrays could hold records, which published lengths could be ``n``) compare
+        lengths with it instead of the private ``n``, so no refusal depends on ``n``; a
+        table with fewer rows is refused. Without it a step under add/remove-one is refused
+        (:class:`~pymc_penalty.InvalidArgumentError`, the same for every table, before
+        anything is spent): rules that compared lengths with ``n`` would let a refusal tell
+        whether one record is in the table (issue 28). Ignored under substitute-one.
     released_rows : float, optional
         A released (noisy, hence public) count of the rows, e.g. the private warm start's
         under add/remove-one (``WarmStart.n_rows``; ``pymc_penalty.sample`` and a budgeted

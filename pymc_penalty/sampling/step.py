@@ -161,7 +161,8 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     privacy : PrivacyPolicy, optional
         The neighbour relation, the public facts about the number of rows, and the noise's
         source (:class:`~pymc_penalty.PrivacyPolicy`). Default ``PrivacyPolicy()``:
-        substitute-one, fresh OS-entropy noise.
+        substitute-one, fresh OS-entropy noise. Under add/remove-one its ``min_rows`` is
+        required (the step is refused without it, before anything is spent).
     model : pm.Model, optional
     rng : RandomGenerator, optional
         Generator for proposals and uniforms (``pm.sample`` sets one per chain).

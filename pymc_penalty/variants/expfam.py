@@ -40,8 +40,10 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import InvalidArgumentError, ModelNotPrivateError, NotPrivateWarning
 from pymc_penalty.model.checks import (
+    check_min_rows,
     data_sources,
     depends_on_data,
+    rule_rows,
     validate_model,
 )
 from pymc_penalty.sampling.adaptation import ProposalAdapter
@@ -111,8 +113,10 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
         ProposalPolicy`); this step moves all coordinates at once (``kind="block"``, no
         ``max_step``).
     privacy : PrivacyPolicy, optional
-        Its ``neighbours`` and ``reproducible_noise`` (:class:`~pymc_penalty.PrivacyPolicy`;
-        ``min_rows`` and ``released_rows`` do not apply here).
+        Its ``neighbours``, ``min_rows`` and ``reproducible_noise``
+        (:class:`~pymc_penalty.PrivacyPolicy`; ``released_rows`` does not apply here). Under
+        add/remove-one ``min_rows``, a public lower bound on the number of rows, is required:
+        the model gate's shape rules compare lengths with it instead of the private count.
     S, scaling, tune, ledger, model, rng, initial_point, compile_kwargs, blocked, vars :
         As in :class:`pymc_penalty.PenaltyMetropolis`, as are the old keywords
         (``neighbours``, ``adapt``, ``reproducible_noise``, ...: each with a
@@ -157,11 +161,12 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
                 "ExpFamPenaltyMetropolis moves all coordinates at once: ProposalPolicy.kind "
                 "must be 'block' and ProposalPolicy.max_step None."
             )
-        if privacy.min_rows is not None or privacy.released_rows is not None:
+        if privacy.released_rows is not None:
             raise InvalidArgumentError(
-                "PrivacyPolicy.min_rows and released_rows do not apply to "
-                "ExpFamPenaltyMetropolis: leave them None."
+                "PrivacyPolicy.released_rows does not apply to ExpFamPenaltyMetropolis: "
+                "leave it None."
             )
+        min_rows = check_min_rows(privacy.min_rows)
         adapt, adapt_window = proposal.adapt, proposal.adapt_window
         target_accept, reproducible_noise = proposal.target_accept, privacy.reproducible_noise
         if family is not None and family not in FAMILIES:
@@ -182,7 +187,12 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             initial_point = model.initial_point()
         vars = model.value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
         adds = self.neighbours is Neighbours.ADD_REMOVE
-        n = validate_model(model, vars, row_locality=False, add_remove=adds)
+        n = validate_model(model, vars, row_locality=False, add_remove=adds, min_rows=min_rows)
+        #: The public lower bound on n the gate used (None: substitute-one).
+        self.min_rows = min_rows if adds else None
+        # The count the shape rules compare lengths with: n, or under add/remove-one the
+        # public bound (n is private there: issue 28).
+        self._rule_n = rule_rows(n, adds, min_rows)
         if len(model.observed_RVs) != 1:
             raise ModelNotPrivateError(
                 "ExpFamPenaltyMetropolis needs exactly one observed variable; the model has "
@@ -216,7 +226,9 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
             )
             super().__init__(vars, shared={}, blocked=True, rng=rng)
             return
-        fam, self._const, bound, varying = recognise_family(model, obs, family, data_bound, n)
+        fam, self._const, bound, varying = recognise_family(
+            model, obs, family, data_bound, self._rule_n
+        )
         self.family = fam.op_name
         self._fam = fam
         self.data_bound = None if fam.needs_bound is False else bound
@@ -278,7 +290,7 @@ class ExpFamPenaltyMetropolis(PrivateNoiseMixin, ArrayStepShared):
     def _check_declared(self, model, obs, vars, initial_point) -> None:
         """Compare the declaration with the model's log-likelihood on prior-predictive data."""
         params = list(obs.owner.op.dist_params(obs.owner))
-        if depends_on_data(params, data_sources(model), self._n):
+        if depends_on_data(params, data_sources(model), self._rule_n):
             # Drawing would read covariates, and the check's outcome would depend on them.
             raise ModelNotPrivateError(
                 "The likelihood's parameters depend on data (covariates), so the declaration "

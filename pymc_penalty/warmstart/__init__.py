@@ -339,8 +339,10 @@ def private_warm_start(
         The model checked and compiled once by :func:`prepare_warm_start` (for callers that
         run many warm starts on one model, as the auditor does); built here when omitted.
     min_rows : int, optional
-        Under add/remove-one, the public lower bound on the rows the model gate's shape rules
-        use instead of the private count (:func:`pymc_penalty.model.checks.rule_rows`).
+        Under add/remove-one, where it is required, the public lower bound on the rows the
+        model gate's shape rules use instead of the private count
+        (:func:`pymc_penalty.model.checks.rule_rows`); without it the warm start is refused
+        before any release. Ignored under substitute-one.
 
     Returns
     -------
