@@ -112,6 +112,10 @@ class TaylorModel:
         None: every coordinate.
     probe_length : float
         The median :meth:`residual_length` of the public probe moves ``r`` was measured at.
+    noise_length : float
+        The move length :func:`noise_limited_clip` sets the noise floor at: the longer of
+        ``probe_length`` and the median length of independent moves
+        (:meth:`independent_proposal`) from the same probe points. NaN: ``probe_length``.
     start_offset : float
         The chains' start's distance from ``t`` over the released mode search's reach
         (:func:`pymc_penalty.planning.taylor_forecast.start_offset`; 1: on its bound).
@@ -131,6 +135,7 @@ class TaylorModel:
     control: RowControl
     index: np.ndarray | None = None
     probe_length: float = float("nan")
+    noise_length: float = float("nan")
     start_offset: float = 0.0
 
     def model_value(self, x: np.ndarray) -> float:
@@ -207,16 +212,21 @@ def noise_limited_clip(
     sd reaches ``noise_sd``.
 
     A step's noise sd is ``k B / mu`` with ``B = clip * residual_length`` (``k`` = 2
-    substitute-one, 1 add/remove-one) and ``mu`` the step's likelihood ``mu``; at the probes'
-    median length that is ``noise_sd`` for ``clip = noise_sd mu / (k probe_length)``. Public
+    substitute-one, 1 add/remove-one) and ``mu`` the step's likelihood ``mu``; at the
+    typical move's length ``L`` (``taylor.noise_length``: the longer of the walk's and the
+    independent moves' probe medians) that is ``noise_sd`` for ``clip = noise_sd mu / (k
+    L)``. Calibrated at the walk alone, an independent move's noise sd was 2.2 on a
+    hierarchical model's eight intercepts (their residual is zero: a Gaussian likelihood),
+    above the 2 at which those moves are used, and the walk alone mixed slowly. Public
     inputs only (the plan's ``mu``, the probes' points), so no privacy cost. A clip clips
     fewer rows the larger it is: below the noise the chain can carry, a larger one removes
     clipping bias for free.
     """
-    if not (np.isfinite(taylor.probe_length) and taylor.probe_length > 0.0):
+    length = taylor.noise_length if np.isfinite(taylor.noise_length) else taylor.probe_length
+    if not (np.isfinite(length) and length > 0.0):
         return float(taylor.residual_clip)
     k = 2.0 if relation == "substitute" else 1.0
-    by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(taylor.probe_length))
+    by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(length))
     return max(float(taylor.residual_clip), by_noise)
 
 

@@ -417,10 +417,12 @@ def taylor_oneshot(
     chol = np.linalg.cholesky(cov)
     features = model.control.values
     ratio = np.zeros(n)
-    lengths = []
+    lengths, independent = [], []
+    probe_ind = np.random.default_rng([28, d])  # public: the independent moves' probes
     for _ in range(_PROBES):
         x0 = point + chol @ probe.standard_normal(d)
         x1 = x0 + (2.38 / math.sqrt(d)) * (chol @ probe.standard_normal(d))
+        independent.append(model.residual_length(x0, model.independent_proposal(probe_ind, x0)[0]))
         ll0, _ = target.likelihood.initial(x0, n)
         ll1, _ = target.likelihood.initial(x1, n)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -443,4 +445,5 @@ def taylor_oneshot(
         mu=math.sqrt(spent[0]),
         releases=int(spent[1]),
         probe_length=float(np.median(lengths)),
+        noise_length=float(max(np.median(lengths), np.median(independent))),
     )
