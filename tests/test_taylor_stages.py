@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
 import pytest
 from scipy import optimize
 
+import pymc_penalty as pp
 from pymc_penalty import budgeted
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.budget import PrivacyBudget
@@ -193,3 +195,36 @@ def test_private_start_charges_both_stages_once(far: bool, monkeypatch) -> None:
     assert taylor.releases == (9 if far else 7)
     assert math.isclose(ledger.spent_mu2, before + warm.mu**2 + oneshot, rel_tol=1e-6)
     assert np.array_equal(warm.point, taylor.point)
+
+
+@pytest.mark.slow
+def test_the_noise_floor_lets_the_independent_moves_run_on_group_intercepts() -> None:
+    """Eight group intercepts with a Gaussian likelihood (residuals zero): with the noise
+    floor set at the longer of the walk's and the independent moves' probe lengths
+    (``TaylorModel.noise_length``), the independent moves' median noise sd is at most 2 and
+    they are used; calibrated at the walk alone (``noise_length`` NaN, the earlier rule)
+    their noise is above 2 and they are not (the must-fail side, on the same release)."""
+    from pymc_penalty.budgeted import PenaltyMetropolis
+    from pymc_penalty.sampling.taylor import compare_moves, noise_limited_clip
+
+    model = _groups(n=10000, groups=8, seed=4)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = PenaltyMetropolis(
+            epsilon=2.0, delta=1e-5, privacy=pp.PrivacyPolicy(reproducible_noise=True)
+        )
+    taylor = step.taylor
+    assert taylor.noise_length > taylor.probe_length
+    walk = (2.38 / math.sqrt(taylor.point.size)) * np.linalg.cholesky(taylor.covariance)
+    k = 2.0  # substitute-one
+    # The step's likelihood mu, from its own noise: sigma = k clip length / mu.
+    lik_mu = k * step.clip * 1.0 / step._sensitivity_and_noise(1.0)[2]
+    assert math.isclose(noise_limited_clip(taylor, lik_mu, "substitute"), step.clip)
+
+    def choice(t):
+        clip = noise_limited_clip(t, lik_mu, "substitute")
+        return compare_moves(t, walk, lambda length: k * clip * length / lik_mu)
+
+    assert choice(taylor).share > 0.0
+    old = dataclasses.replace(taylor, noise_length=math.nan)
+    assert choice(old).share == 0.0
