@@ -539,3 +539,59 @@ def test_sample_contaminated_runs_whatever_a_record_is_and_withholds_pymc_messag
             sample_contaminated(tune=30, thin=1)
     assert "withheld" in str(err.value) and not any(ch.isdigit() for ch in str(err.value))
     assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_a_zero_contamination_rate_is_refused_whatever_the_records(monkeypatch):
+    """rate = 0: a record outside f's support made pm.sample fail on the data (a free bit);
+    now every such model is refused before pm.sample runs, with the same message for a
+    record inside and outside f's support (pm.sample is never called)."""
+    from pymc_penalty.contamination import (
+        BernoulliContamination,
+        contaminated_likelihood,
+        sample_contaminated,
+    )
+
+    calls = []
+    monkeypatch.setattr(pm, "sample", lambda *a, **k: calls.append(1))
+    messages = []
+    for record in (1.0, 2.0):  # a Bernoulli response coded 2 is outside f's support
+        y = np.array([0.0, 1.0, 1.0, 0.0, record])
+        with pm.Model():
+            a = pm.Normal("a", 0.0, 2.0)
+            contaminated_likelihood(
+                "y", pm.Bernoulli.dist(logit_p=a), BernoulliContamination(0.5), 0.0, y
+            )
+            with pytest.raises(InvalidArgumentError, match="rate") as err:
+                sample_contaminated(tune=30, thin=1)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and calls == []
+    # Control: a positive rate is not refused by this rule (pm.sample is reached).
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 2.0)
+        contaminated_likelihood(
+            "y", pm.Bernoulli.dist(logit_p=a), BernoulliContamination(0.5), 0.2, y
+        )
+        with pytest.raises(Exception):  # noqa: B017 (the stub returns None)
+            sample_contaminated(tune=30, thin=1)
+    assert calls == [1]
+
+
+def test_an_invalid_parameter_from_a_record_is_a_nan_row_not_an_error():
+    """A row whose distribution parameter is invalid at some parameter value because of its
+    own record (``sigma = th - x_i`` below 0) evaluates to NaN in that row alone (clipped
+    row by row), never to an exception whose occurrence would depend on the record: the
+    finite-difference and probe points of the one-shot evaluate such points after the first
+    charge. A valid point gives no NaN (control)."""
+    from pymc_penalty.warmstart import prepare_warm_start
+
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0.0, 1.0, 200), rng.normal(size=200)
+    with pm.Model() as model:
+        th = pm.Normal("th", 3.0, 1.0)
+        pm.Normal("y", 0.0, th - x, observed=y)
+    lik = prepare_warm_start(model).likelihood
+    ok, _ = lik.initial(np.array([3.0]), 200)
+    assert np.isfinite(ok).all()
+    mixed, _ = lik.initial(np.array([0.5]), 200)
+    bad = ~np.isfinite(mixed)
+    np.testing.assert_array_equal(bad, x > 0.5)  # exactly the rows whose own sigma is < 0

@@ -17,7 +17,11 @@ import pymc as pm
 
 from pymc_penalty.contamination.empirical import STATEMENT, EmpiricalPrivacy
 from pymc_penalty.contamination.mechanism import TAG
-from pymc_penalty.errors import LikelihoodEvaluationError, ModelNotPrivateError
+from pymc_penalty.errors import (
+    InvalidArgumentError,
+    LikelihoodEvaluationError,
+    ModelNotPrivateError,
+)
 from pymc_penalty.model.checks import (
     data_dependent_variables,
     data_dims,
@@ -102,6 +106,8 @@ def sample_contaminated(
     ------
     ModelNotPrivateError
         If a likelihood is not contaminated or data reach the draw another way.
+    InvalidArgumentError
+        If a likelihood's contamination rate is 0 (before anything runs).
     LikelihoodEvaluationError
         If ``pm.sample`` fails; its message is withheld (PyMC's start check prints each
         term's log density). A record the likelihood cannot evaluate never causes it
@@ -118,6 +124,14 @@ def sample_contaminated(
             raise ValueError(f"`{key}` is fixed by sample_contaminated (one chain).")
     model = pm.modelcontext(model)
     tags = _check_model(model)
+    zero = sorted(name for name, tag in tags.items() if tag["rate"] <= 0.0)
+    if zero:
+        # Without contamination the draw is an exact posterior draw: no privacy to report,
+        # and a record outside f's support would make pm.sample fail on the data (issue 28).
+        raise InvalidArgumentError(
+            f"The contamination `rate` of {zero} is 0; sample_contaminated needs a rate in "
+            "(0, 1] for every likelihood (the privacy comes from the contamination)."
+        )
     n = n_datapoints(model)
     try:
         with model:
