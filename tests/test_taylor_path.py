@@ -21,7 +21,7 @@ from pymc_penalty.sampling.taylor import (
     TaylorModel,
     TaylorPenaltyMetropolis,
 )
-from pymc_penalty.warmstart import WarmStart, prepare_warm_start
+from pymc_penalty.warmstart import WarmStart, prepare_warm_start, split_point
 from pymc_penalty.warmstart.taylor import ONESHOT_SHARES, taylor_oneshot
 
 
@@ -40,11 +40,11 @@ def _logistic(n: int, seed: int, y_override: tuple[int, float] | None = None) ->
 
 
 def _warm(model: pm.Model, point, cov, n: float) -> WarmStart:
-    names = [v.name for v in model.value_vars]
+    """A public WarmStart at ``point`` with ``cov`` (the raveled unconstrained space)."""
     return WarmStart(
         point=np.asarray(point, float),
         covariance=np.asarray(cov, float),
-        initvals={k: np.asarray(v) for k, v in zip(names, point, strict=True)},
+        initvals=split_point(np.asarray(point, float), model.initial_point()),
         mu=0.0,
         releases=0,
         clip=1.0,

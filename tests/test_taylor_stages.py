@@ -12,6 +12,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from scipy import optimize
+from test_taylor_path import _warm
 
 import pymc_penalty as pp
 from pymc_penalty import budgeted
@@ -59,20 +60,7 @@ def _exact_mode(model: pm.Model, template: dict, x0: np.ndarray):
 def _warm_far(model: pm.Model, mode: np.ndarray, sd: np.ndarray, n: int) -> WarmStart:
     """A warm start 15 Laplace sds off the mode on every coordinate, its covariance 5 times too
     small in sd (as the diagnostics saw on a hierarchical and a negative binomial model)."""
-    point = mode + 15.0 * sd
-    template = model.initial_point()
-    return WarmStart(
-        point=point,
-        covariance=np.diag((0.2 * sd) ** 2),
-        initvals=split_point(point, template),
-        mu=0.0,
-        releases=0,
-        clip=1.0,
-        metric_clip=1.0,
-        clipped_fraction=None,
-        clip_history=(),
-        n_rows=float(n),
-    )
+    return _warm(model, mode + 15.0 * sd, np.diag((0.2 * sd) ** 2), n)
 
 
 @pytest.mark.slow
@@ -138,20 +126,8 @@ def test_previous_stage_must_share_the_expansion() -> None:
     n = 500
     model = _groups(n, groups=2)
     target = prepare_warm_start(model)
-    template = model.initial_point()
     x0 = np.zeros(4)
-    warm = WarmStart(
-        point=x0,
-        covariance=np.eye(4) * 0.01,
-        initvals=split_point(x0, template),
-        mu=0.0,
-        releases=0,
-        clip=1.0,
-        metric_clip=1.0,
-        clipped_fraction=None,
-        clip_history=(),
-        n_rows=float(n),
-    )
+    warm = _warm(model, x0, np.eye(4) * 0.01, n)
     ledger = PrivacyLedger(10.0)
     first = taylor_oneshot(target, warm, mu=1.0, ledger=ledger, residual=False)
     assert math.isnan(first.residual_clip) and first.releases == 4
