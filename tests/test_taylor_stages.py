@@ -204,3 +204,32 @@ def test_the_noise_floor_lets_the_independent_moves_run_on_group_intercepts() ->
     assert choice(taylor).share > 0.0
     old = dataclasses.replace(taylor, noise_length=math.nan)
     assert choice(old).share == 0.0
+
+
+def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
+    """far_from_expansion reads a move of the released mode as far only beyond FAR_NOISE
+    times the move its G noise alone gives (``sd_G sqrt(tr C^2)``, ``C`` the released
+    covariance in the expansion's metric): the same move of 5 whitened units per coordinate
+    is far with a small noise and not with a large one, and with FAR_NOISE = 0 both are
+    (the must-fail side)."""
+    from pymc_penalty.warmstart import taylor as wt
+
+    n = 1000
+    model = _groups(n)
+    target = prepare_warm_start(model)
+    warm = _warm(model, np.zeros(6), np.eye(6) * 0.01, n)
+    stage = taylor_oneshot(
+        target, warm, mu=1.0, ledger=_Unlimited(), noise_rng=np.random.default_rng(0),
+        residual=False,
+    )  # fmt: skip
+    cov = warm.covariance  # the released covariance is the expansion's: C = I
+    moved = dataclasses.replace(stage, point=warm.point + 0.1 * 5.0, covariance=cov)
+    noise_move = 5.0 * math.sqrt(6) / (wt.FAR_NOISE * math.sqrt(6))  # sd_G at the edge
+
+    def with_sd(sd_g: float):
+        return dataclasses.replace(moved, release=moved.release._replace(sd_G=sd_g))
+
+    assert far_from_expansion(with_sd(0.5 * noise_move), cov)
+    assert not far_from_expansion(with_sd(2.0 * noise_move), cov)
+    monkeypatch.setattr(wt, "FAR_NOISE", 0.0)
+    assert far_from_expansion(with_sd(2.0 * noise_move), cov)
