@@ -320,9 +320,8 @@ def taylor_oneshot(
     clip_mu : float, optional
         The ``mu`` the clips are chosen for (default ``mu``, in ``shares``): a first stage
         whose sums a second may join aims them as a one-stage release of ``clip_mu`` would
-        (:data:`ONESHOT_SHARES`). Aimed at the first stage's own ``G`` share (47% of 30%)
-        they clipped more rows, and the README's logistic regression at epsilon 1 came out
-        1-1.8 sds off (one stage: 0.3-1.6).
+        (:data:`ONESHOT_SHARES`): aimed at the first stage's own ``G`` share (47% of 30%)
+        they would clip more rows, whose leftovers bias the released mode.
     shares : dict, optional
         Shares of ``mu^2`` by release (default :data:`ONESHOT_SHARES`; a first stage's
         :data:`FIRST_STAGE_SHARES`); those not released are spread over the others.
