@@ -317,7 +317,7 @@ def check_model_suite(res: dict) -> None:
     import csv
 
     cells = {c["method"]: c for c in res["cells"]}
-    expected = {"nuts", "pp_sample", "step", "nss", "taylor", "penalty"}
+    expected = {"nuts", "pp_sample", "step", "nss", "taylor", "taylor_one_stage", "penalty"}
     assert set(cells) == expected and res["errors"] == 0, cells
     for c in cells.values():
         # Quick mode: one linear data set, n = 2000, epsilon 6 (4 parameters, all covered).
