@@ -250,7 +250,9 @@ def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(
     attrs = idata.attrs
     assert attrs["dp_forecast_verdict"] == "hopeless"
     rows = attrs["dp_forecast_rows"]
-    assert rows != N_ODD and rows >= 2.0  # the released count, never the exact n
+    # The released count (an integer since counts are released on the integers: it equals n
+    # by chance in a few percent of runs, CI met one, which is no leak); never n itself.
+    assert rows >= 2.0 and float(rows).is_integer()
     # The forecast is the post-processing of that count (and, as a control, not of n).
     step_mu = float(idata.sample_stats["dp_mu"].values[0, 0])
     kept = math.sqrt(likelihood_mu2(step_mu, 2 * 20, 0.05))
@@ -268,11 +270,14 @@ def test_add_remove_forecast_comes_after_the_warm_start_from_its_released_count(
         ).ess
 
     assert attrs["dp_forecast_ess"] == pytest.approx(ess(rows), rel=1e-9)
-    assert attrs["dp_forecast_ess"] != pytest.approx(ess(N_ODD), rel=1e-9)
+    if rows != N_ODD:
+        assert attrs["dp_forecast_ess"] != pytest.approx(ess(N_ODD), rel=1e-9)
     # No exact n anywhere: not in a warning, not in a report value.
     for w in record:
         assert str(N_ODD) not in str(w.message)
     for key, value in attrs.items():
+        if key == "dp_forecast_rows":  # the released count, checked above
+            continue
         if np.asarray(value).dtype.kind == "f":
             # A noisy float (the released count centred on n, R-hat, ESS) holds the digits
             # "1237" by chance in about 0.7% of runs (computed from their spread): only n
