@@ -137,14 +137,50 @@ def run_taylor_oneshot(
     **stage: Any,
 ) -> TaylorModel:
     """:func:`~pymc_penalty.warmstart.taylor.taylor_oneshot` spending ``mu`` from ``ledger``
-    (``stage``: its ``previous`` and ``residual``); the ledger's unused reservation is
-    returned after it (also when it is refused)."""
+    (``stage``: its ``previous``, ``residual``, ``clip_mu`` and ``shares``); the ledger's
+    unused reservation is returned after it (also when it is refused)."""
     try:
         return taylor_oneshot(
             target, warm, mu=float(mu), ledger=ledger, noise_rng=noise_rng, **stage
         )
     finally:
         ledger.release_unused()
+
+
+def _two_stage_oneshot(
+    target: WarmStartTarget,
+    warm: WarmStart,
+    oneshot_mu2: float,
+    ledger: Any,
+    noise_rng: np.random.Generator | None,
+) -> tuple[TaylorModel, WarmStart]:
+    """The one-shot in two stages (docs/algorithm.md, "Two stages"): the released model, its
+    ``mu`` and release count covering both, and the expansion its second stage used."""
+    first = run_taylor_oneshot(
+        target,
+        warm,
+        mu=math.sqrt(oneshot_mu2 * TAYLOR_FIRST_STAGE),
+        ledger=ledger,
+        noise_rng=noise_rng,
+        residual=False,
+        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
+        shares=FIRST_STAGE_SHARES,
+    )
+    rest = math.sqrt(oneshot_mu2 * (1.0 - TAYLOR_FIRST_STAGE))
+    if far_from_expansion(first, warm.covariance):  # expand again where the first points
+        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
+        second = run_taylor_oneshot(target, expand_at, mu=rest, ledger=ledger, noise_rng=noise_rng)
+    else:  # the same sums again, combined with the first's
+        expand_at = warm
+        second = run_taylor_oneshot(
+            target, warm, mu=rest, ledger=ledger, noise_rng=noise_rng, previous=first
+        )
+    both = dataclasses.replace(
+        second,
+        mu=math.sqrt(first.mu**2 + second.mu**2),
+        releases=first.releases + second.releases,
+    )
+    return both, expand_at
 
 
 def screen_before_sampling(
@@ -232,38 +268,12 @@ def run_private_start(
         return warm, None
     oneshot_mu2 = available_mu(ledger) ** 2 * TAYLOR_SHARE
     if TAYLOR_FIRST_STAGE >= 1.0:  # one stage (the comparison in the diagnostics script)
+        expand_at = warm
         model_release = run_taylor_oneshot(
             target, warm, mu=math.sqrt(oneshot_mu2), ledger=ledger, noise_rng=noise_rng
         )
-        offset = start_offset(model_release, warm.covariance)
-        model_release = dataclasses.replace(model_release, start_offset=offset)
-        return dataclasses.replace(
-            warm, point=model_release.point, covariance=model_release.covariance
-        ), model_release
-    first = run_taylor_oneshot(
-        target,
-        warm,
-        mu=math.sqrt(oneshot_mu2 * TAYLOR_FIRST_STAGE),
-        ledger=ledger,
-        noise_rng=noise_rng,
-        residual=False,
-        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
-        shares=FIRST_STAGE_SHARES,
-    )
-    rest = math.sqrt(oneshot_mu2 * (1.0 - TAYLOR_FIRST_STAGE))
-    if far_from_expansion(first, warm.covariance):  # expand again where the first points
-        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
-        second = run_taylor_oneshot(target, expand_at, mu=rest, ledger=ledger, noise_rng=noise_rng)
-    else:  # the same sums again, combined with the first's
-        expand_at = warm
-        second = run_taylor_oneshot(
-            target, warm, mu=rest, ledger=ledger, noise_rng=noise_rng, previous=first
-        )
-    model_release = dataclasses.replace(
-        second,
-        mu=math.sqrt(first.mu**2 + second.mu**2),
-        releases=first.releases + second.releases,
-    )
+    else:
+        model_release, expand_at = _two_stage_oneshot(target, warm, oneshot_mu2, ledger, noise_rng)
     # Where the chains start, in the expansion's metric (public; for the forecast).
     offset = start_offset(model_release, expand_at.covariance)
     model_release = dataclasses.replace(model_release, start_offset=offset)

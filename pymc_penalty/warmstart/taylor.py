@@ -344,18 +344,17 @@ def taylor_oneshot(
     if index.size == 0:
         index = np.arange(d)
     k = index.size
+    L_full = np.linalg.cholesky(warm.covariance)
+    L = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
     if previous is not None:
         same = np.array_equal(previous.t, t) and np.array_equal(previous.index, index)
-        L_prev = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
-        if not (same and np.array_equal(previous.L, L_prev)):
+        if not (same and np.array_equal(previous.L, L)):
             raise ValueError("`previous` must be expanded at the same point and coordinates")
         order = previous.order
     if order == "auto":
         order = 2 if k <= MAX_SECOND_ORDER_DIM else 1
     if order not in (1, 2):
         raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
-    L_full = np.linalg.cholesky(warm.covariance)
-    L = np.linalg.cholesky(warm.covariance[np.ix_(index, index)])
     relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
     n = target.n
     rows = float(warm.n_rows)  # public: n, or the released count under add/remove-one
