@@ -77,6 +77,7 @@ from pymc_penalty.warmstart.taylor import (
     TAYLOR_SHARE,
     TAYLOR_TUNE,
     far_from_expansion,
+    taylor_moves_per_draw,
     taylor_oneshot,
 )
 
@@ -478,7 +479,10 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
                 TAYLOR_TUNE if taylor is not None else resolve_tune("auto", plan.draws, share)
             )
             tune_cap = min(released, plan.tune)
-            kwargs["plan"] = RunPlan(draws=plan.draws, tune=tune_cap, chains=plan.chains)
+            moves = plan.moves_per_draw
+            if moves is None and taylor is not None:
+                moves = taylor_moves_per_draw(plan.draws)
+            kwargs["plan"] = RunPlan(plan.draws, tune_cap, plan.chains, moves_per_draw=moves)
         if taylor is not None:
             step_mu = calibrate(available_mu(kwargs["ledger"]), kwargs["plan"], warn_below=0.0)
             taylor, kwargs = taylor_step_settings(
@@ -499,6 +503,7 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
             **warm_start_report(warm, share),
             **(screen_report(screen) if budgeted else {}),
             **(taylor.report() if taylor is not None else {"dp_method": "penalty"}),
+            "dp_moves_per_draw": (self.plan.moves_per_draw or 1) if self.plan else 1,
         }
 
     @staticmethod

@@ -18,6 +18,7 @@ import pymc_penalty as pp
 from pymc_penalty.results.noise_aware import NOISE_AWARE_ATTR
 from pymc_penalty.sampling.step import PenaltyMetropolis as LowLevelStep
 from pymc_penalty.sampling.taylor import TaylorPenaltyMetropolis
+from pymc_penalty.warmstart.taylor import taylor_moves_per_draw
 from tests.conftest import posterior_check
 
 N, TRUE_MEAN, PRIOR_SD = 20_000, 3.0, 10.0
@@ -120,9 +121,14 @@ def test_every_phase_is_charged_first_and_reported():
     assert isinstance(step, TaylorPenaltyMetropolis) and step.taylor is not None
     assert a["dp_screen_mu"] > 0
     # The ledger's total is the screen's, the warm start's and the one-shot's mu^2 plus
-    # every chain release's; the chains' releases are the ledger's less those before.
+    # every chain release's; the chains' releases are the ledger's less those before. A
+    # tuning release is one move; a draw's release is its moves_per_draw moves (10 at
+    # draws=60), charged at once.
     before = a["dp_screen_mu"] ** 2 + a["dp_warm_start_mu"] ** 2 + a["dp_taylor_mu"] ** 2
-    chains_mu2 = a["dp_releases"] * step.mu**2
+    moves = step.plan.moves_per_draw
+    assert moves == a["dp_moves_per_draw"] == taylor_moves_per_draw(60) == 10
+    tuning = step.plan.tune * step.plan.chains
+    chains_mu2 = (tuning + moves * (a["dp_releases"] - tuning)) * step.mu**2
     assert step.ledger.spent_mu2 == pytest.approx(before + chains_mu2)
     assert step.ledger.spent_mu2 <= step.budget.mu**2 * (1 + 1e-9)
     assert a["dp_releases"] == step.ledger.releases - step.other_releases
@@ -130,6 +136,36 @@ def test_every_phase_is_charged_first_and_reported():
     assert idata.posterior.attrs[NOISE_AWARE_ATTR] == 1
     assert "posterior_tilted" in idata.groups()
     assert step.adapter.chol.shape == (1, 1)
+
+
+def test_a_draw_of_several_moves_is_one_release_of_their_composed_cost():
+    # pm.sample's draws=100 on the Taylor path: each draw after tuning is 10 moves, charged
+    # at once as 10 mu^2 (Gaussian-DP composition), and its dp_mu says so; tuning draws are
+    # one move each. Independent count: the ledger against the plan's moves.
+    model, _, _ = normal_mean_model()
+    idata, step = card_run(model, seed=3, draws=100)
+    k = idata.attrs["dp_moves_per_draw"]
+    assert k == step.plan.moves_per_draw == 10
+    mu = step.mu
+    tuned = idata.warmup_sample_stats["dp_mu"].values
+    drawn = idata.sample_stats["dp_mu"].values
+    released_tune = tuned[tuned > 0]
+    assert released_tune.size == step.plan.tune * 2
+    assert released_tune == pytest.approx(mu)
+    assert drawn == pytest.approx(math.sqrt(k) * mu)
+    assert set(np.unique(idata.sample_stats["accepted"].values)) <= {0.0, 1.0}
+    chains_mu2 = step.ledger.spent_mu2 - (
+        idata.attrs["dp_screen_mu"] ** 2
+        + idata.attrs["dp_warm_start_mu"] ** 2
+        + idata.attrs["dp_taylor_mu"] ** 2
+    )
+    moves = released_tune.size + k * drawn.size
+    assert chains_mu2 == pytest.approx(moves * mu**2)
+    assert chains_mu2 == pytest.approx(float((tuned**2).sum() + (drawn**2).sum()))
+    # Must fail: a draw counted as one move would under-state the cost k times.
+    assert chains_mu2 != pytest.approx((released_tune.size + drawn.size) * mu**2)
+    # The whole plan's moves were calibrated to what the one-shot left.
+    assert step.ledger.spent_mu2 == pytest.approx(step.budget.mu**2, rel=1e-6)
 
 
 def test_plain_path_has_pp_samples_plain_defaults():

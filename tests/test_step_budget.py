@@ -110,7 +110,10 @@ def test_the_step_calibrates_through_pp_calibrate(model):
     # With its warm start (the default) the step is calibrated to what the warm start left.
     warm = _budgeted(model, plan)
     left = math.sqrt(step.ledger.budget_mu**2 - warm.ledger.spent_mu2)
-    assert warm.mu == pytest.approx(pp.calibrate(left, plan, warn_below=0.0), rel=1e-9)
+    # The Taylor path's draws are several moves each: calibrated to the plan's moves.
+    assert warm.plan == RunPlan(7, 3, 3, moves_per_draw=10)
+    assert warm.mu == pytest.approx(pp.calibrate(left, warm.plan, warn_below=0.0), rel=1e-9)
+    assert warm.mu < pp.calibrate(left, plan, warn_below=0.0)  # must differ: 73 vs 10 moves
     assert step.budget == PrivacyBudget(EPS, DELTA) and step.plan == plan
     # The default plan is pm.sample's draws, tune and chains on this machine.
     chains = max(2, min(4, os.cpu_count() or 1))
@@ -119,7 +122,8 @@ def test_the_step_calibrates_through_pp_calibrate(model):
     # After its warm start a chain releases pp.sample's tuning only (issue 29): on the Taylor
     # path (the default) 500 steps, on the plain walk a tenth of the draws.
     warmed = _budgeted(model, None)
-    assert warmed.plan == RunPlan(1000, 500, chains) and warmed.tune_release_cap == 500
+    assert warmed.plan == RunPlan(1000, 500, chains, moves_per_draw=4)
+    assert warmed.tune_release_cap == 500
     plain = _budgeted(model, None, method="penalty")
     assert plain.plan == RunPlan(1000, 100, chains) and plain.tune_release_cap == 100
 
@@ -132,7 +136,8 @@ def test_a_given_ledger_is_used_and_calibrated_to_what_it_has_left(model):
     step = _budgeted(model, plan, ledger=ledger)
     assert step.ledger is ledger
     left = budget.mu**2 - ledger.spent_mu2
-    assert step.mu == pytest.approx(np.sqrt(left / plan.releases), rel=1e-6)
+    assert step.plan.moves == 5 + 5 * 10  # tuning steps, then draws of 10 moves
+    assert step.mu == pytest.approx(np.sqrt(left / step.plan.moves), rel=1e-6)
 
 
 def test_a_ledger_with_a_larger_budget_is_refused(model):

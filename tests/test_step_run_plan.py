@@ -153,12 +153,18 @@ def test_under_run_fewer_chains_than_planned(model):
     a = idata.attrs
     assert a["dp_releases"] == 60 == step.ledger.releases - step.other_releases
     # The chains', the screen's, the warm start's and the one-shot's.
+    # Each chain's 10 tuning releases are one move each, its 20 draws 10 moves each (the
+    # Taylor path's moves_per_draw at draws=20), charged as one release per draw.
     before = a["dp_screen_mu"] ** 2 + a["dp_warm_start_mu"] ** 2 + a["dp_taylor_mu"] ** 2
-    spent = 60 * step.mu**2 + before
+    k = step.plan.moves_per_draw
+    assert k == a["dp_moves_per_draw"] == 10
+    moves = 2 * (10 + k * 20)
+    spent = moves * step.mu**2 + before
     planned_eps = pp.accounting.composed_epsilon(spent, DELTA)
     assert a["dp_epsilon"] == pytest.approx(planned_eps, rel=1e-6)
-    # Less than the plan's: the chains' 60 releases the run did not make were not spent.
-    assert a["dp_epsilon"] < pp.accounting.composed_epsilon(spent + 60 * step.mu**2, DELTA) - 0.01
+    # Less than the plan's: the two chains' releases the run did not make were not spent.
+    unmade = moves * step.mu**2
+    assert a["dp_epsilon"] < pp.accounting.composed_epsilon(spent + unmade, DELTA) - 0.01
     assert a["dp_trimmed_draws"] == 0 and a["dp_releases_removed"] == 0
     _phase_releases_add_up(idata)
     assert len(found) == 1
@@ -175,7 +181,7 @@ def test_step_with_no_plan_assumes_pm_sample_defaults_on_this_machine(model):
     step = _step(model, None)
     assert DEFAULT_PLAN == RunPlan(1000, 1000, pymc_default_chains())
     # On the Taylor path a chain releases pp.sample's 500 tuning steps of pm.sample's 1000.
-    assert step.plan == RunPlan(1000, 500, pymc_default_chains())
+    assert step.plan == RunPlan(1000, 500, pymc_default_chains(), moves_per_draw=4)
     # pm.sample's defaults (draws, tune, chains), one process to keep the test light.
     idata, found = _run(model, step, chains=pymc_default_chains(), cores=1)
     a = idata.attrs

@@ -32,7 +32,7 @@ CALIBRATION_MARGIN = 1.0 - 1e-9
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will do: draws and tuning steps per chain, and chains.
+    """What a run will do: draws and tuning steps per chain, chains, and moves per draw.
 
     Parameters
     ----------
@@ -40,20 +40,38 @@ class RunPlan:
         Draws and tuning steps per chain, ``>= 0``, not both 0.
     chains : int
         Number of chains, ``>= 1``.
+    moves_per_draw : int, optional
+        Metropolis moves behind each draw after tuning (a thinned chain), ``>= 1``; each
+        tuning step is one move. The moves of a draw are charged as one release of their
+        composed cost, so :attr:`releases` is unchanged and :attr:`moves` is what the noise
+        is calibrated to. ``None`` (the default) is one move, except for a budgeted
+        :class:`~pymc_penalty.PenaltyMetropolis` on the Taylor path, which picks it
+        (``ceil(TAYLOR_DRAWS / draws)``: as many moves per chain as ``pymc_penalty.sample``
+        makes).
     """
 
     draws: int
     tune: int
     chains: int
+    moves_per_draw: int | None = None
 
     def __post_init__(self) -> None:
         if self.releases < 1:  # plan_releases checks each field's type and range
             raise ValueError("`draws + tune` must be at least 1: the plan makes no release.")
+        if self.moves_per_draw is not None:
+            check_integer("moves_per_draw", self.moves_per_draw, low=1)
 
     @property
     def releases(self) -> int:
-        """Releases the whole run makes: tuning steps and every chain count."""
+        """Releases the whole run makes: tuning steps and every chain count (a draw's moves
+        are one release)."""
         return plan_releases(self.draws, self.tune, self.chains)
+
+    @property
+    def moves(self) -> int:
+        """Moves the whole run makes, each a release of the calibrated ``mu`` (a draw of
+        ``moves_per_draw`` moves costs that many)."""
+        return plan_releases(self.draws * (self.moves_per_draw or 1), self.tune, self.chains)
 
 
 def calibrate(
@@ -80,8 +98,9 @@ def calibrate(
     available_mu : float
         The Gaussian-DP ``mu`` left to spend (a budget's ``mu``, or a ledger's remainder).
     plan : RunPlan or int
-        The run, or directly the number of releases it makes (``>= 1``; see
-        :func:`plan_releases`).
+        The run (calibrated to its :attr:`RunPlan.moves`: a draw of several moves is one
+        release of their composed cost), or directly the number of releases it makes
+        (``>= 1``; see :func:`plan_releases`).
     n_datapoints : int, optional
         Used for the near-frozen warning with ``clip_mode="distance"`` under substitute-one
         neighbours, where ``n`` is public: the typical posterior step length is taken as
@@ -108,7 +127,7 @@ def calibrate(
     """
     available_mu = check_real("available_mu", available_mu, low=0.0, low_open=True)
     if isinstance(plan, RunPlan):
-        releases = plan.releases
+        releases = plan.moves
     elif isinstance(plan, numbers.Integral) and not isinstance(plan, bool):
         releases = check_integer("plan", plan, low=1)
     else:

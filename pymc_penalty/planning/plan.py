@@ -268,13 +268,13 @@ def chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[st
 
 def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:
     """What the plan gives tuning and the draws: the tuning steps per chain and the Gaussian-DP
-    ``mu`` of each phase over every chain (``sqrt(steps) * mu``; the warm start's is
+    ``mu`` of each phase over every chain (``sqrt(moves) * mu``; the warm start's is
     ``dp_warm_start_mu``). Planned values: a ledger that refuses earlier spends less."""
     mu = step.mu if step.mu is not None else math.nan
     return {
         "dp_tune": int(plan.tune),
         "dp_tuning_mu": float(mu * math.sqrt(plan.tune * plan.chains)),
-        "dp_draws_mu": float(mu * math.sqrt(plan.draws * plan.chains)),
+        "dp_draws_mu": float(mu * math.sqrt(plan.draws * (plan.moves_per_draw or 1) * plan.chains)),
     }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "Release",
     "StepNoise",
     "clip_count_noise_sd",
+    "combine_move_stats",
     "info_stats",
     "penalised_log_ratio",
     "penalty_decision",
@@ -282,6 +283,25 @@ def info_stats(info: PenaltyInfo) -> dict[str, Any]:
     if info.party_mu:
         stats.update(info.party_mu)
     return stats
+
+
+def combine_move_stats(moves: list[dict[str, Any]]) -> dict[str, Any]:
+    """The statistics of one draw made of several released moves (a run plan's
+    ``moves_per_draw``, charged as one release): the last move's, with ``accept`` and the
+    clipped count and fraction averaged over the moves, ``accepted`` 1.0 when any move was
+    accepted, and every ``dp_mu*`` the moves' Gaussian-DP composition ``sqrt(sum mu^2)``
+    (what the draw's release was charged). One move's statistics are returned as they are.
+    Functions of released values only."""
+    if len(moves) == 1:
+        return moves[0]
+    out = dict(moves[-1])
+    for name in ("accept", "dp_clipped_count", "dp_clipped_fraction"):
+        out[name] = float(np.mean([m[name] for m in moves]))
+    out["accepted"] = float(any(m["accepted"] for m in moves))
+    for name in out:
+        if name.startswith("dp_mu"):
+            out[name] = math.sqrt(sum(float(m[name]) ** 2 for m in moves))
+    return out
 
 
 def refused_info(noise: StepNoise) -> PenaltyInfo:

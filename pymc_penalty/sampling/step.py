@@ -45,7 +45,9 @@ from pymc_penalty.sampling.kernel import (
     PenaltyState,
     Release,
     StepNoise,
+    combine_move_stats,
     info_stats,
+    refused_info,
     stats_dtypes_shapes,
     transition,
 )
@@ -463,27 +465,48 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         return stats
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        """One penalised Metropolis step in the raveled parameter space (see
-        :func:`pymc_penalty.sampling.kernel.transition`)."""
+        """One draw: one penalised Metropolis step in the raveled parameter space (see
+        :func:`pymc_penalty.sampling.kernel.transition`), or after tuning the plan's
+        ``moves_per_draw`` of them as one release (:meth:`_moves`)."""
         x0 = self._chain_start(q0)  # a chain's first step may move it to its start
-        x1, length = self._propose(x0)
-        noise, release, count_sd = self._step_noise(length)
-        stats = self._step_stats(x1)
-        state = self._current(x0)
+        moves = self._moves()
         charge = None if self.ledger is None else self._charge
-        new, info = transition(self.rng, state, x1, noise, release, charge=charge)
-        stats.update(info_stats(info))
-        if not info.released:
-            return RaveledVars(x0, q0.point_map_info), [stats]
-        self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
-        self.adapter.after_decision(info.accepted)
-        position = self._free_moves(new.position)
-        if self.tune:
-            count = None
-            if self.clip_adapter is not None and count_sd is not None:
-                count = (info.clipped_count, count_sd)
-            self._pending_tuning.hold(position.copy(), info.accept, info.accepted, count)
-        return RaveledVars(position, q0.point_map_info), [stats]
+        taken: list[dict[str, Any]] = []
+        for _ in range(moves):
+            x1, length = self._propose(x0)
+            noise, release, count_sd = self._step_noise(length)
+            stats = self._step_stats(x1)
+            state = self._current(x0)
+            if moves > 1 and charge is not None:
+                # The draw's moves are one release: its cost, moves * mu^2 (their Gaussian-DP
+                # composition), is committed before the first of them reads the data.
+                if not charge(moves * noise.mu**2):
+                    return RaveledVars(x0, q0.point_map_info), [
+                        {**stats, **info_stats(refused_info(noise))}
+                    ]
+                charge = None
+            new, info = transition(self.rng, state, x1, noise, release, charge=charge)
+            stats.update(info_stats(info))
+            if not info.released:
+                return RaveledVars(x0, q0.point_map_info), [stats]
+            self._lik.commit(info.accepted)  # the per-row vectors stay in the compiled storage
+            self.adapter.after_decision(info.accepted)
+            x0 = self._free_moves(new.position)
+            taken.append(stats)
+            if self.tune:
+                count = None
+                if self.clip_adapter is not None and count_sd is not None:
+                    count = (info.clipped_count, count_sd)
+                self._pending_tuning.hold(x0.copy(), info.accept, info.accepted, count)
+        return RaveledVars(x0, q0.point_map_info), [combine_move_stats(taken)]
+
+    def _moves(self) -> int:
+        """Moves in this draw: the plan's ``moves_per_draw``, but 1 without a plan, while
+        tuning, and for a chain's first ``plan.tune`` releases (the tuning steps the plan
+        calibrated as one move each, also where the step's adaptation is off)."""
+        if self.plan is None or self.tune or self._chain_releases < self.plan.tune:
+            return 1
+        return self.plan.moves_per_draw or 1
 
     def _free_moves(self, x: np.ndarray) -> np.ndarray:
         """:attr:`free_moves` random-walk Metropolis moves of the coordinates no row reads,
