@@ -58,8 +58,9 @@ def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_d
     with table.replies_received(ShardPool) as replies:
         # Through pp.sample's hook: the same call as in-process, with the shards.
         dist = pp.sample(
-            shards=shards, cluster=client, model=normal_model(), random_seed=11, **kwargs
-        )
+            shards=shards, cluster=client, model=normal_model(), random_seed=11, warm_start=0,
+            **kwargs,
+        )  # fmt: skip
 
     # What the driver received from the shards: one float and one count per chain.
     sums = [r for r in replies if isinstance(r, dict) and "sums" in r]
@@ -240,7 +241,9 @@ def test_a_hung_worker_hits_the_timeout(client):
         ({"shards": ["table.csv"]}, r"`shards\[0\]` names a path that is not an .npz"),
         ({"shards": [3]}, r"`shards\[0\]` must be a callable"),
         ({"clip": "auto"}, "`clip` must be a number with `shards`"),
-        ({"warm_start": 0.2}, "`warm_start` is not available with `shards`"),
+        ({"warm_start": 1.5}, "warm_start"),
+        ({"warm_start_clip": -1.0}, "warm_start_clip"),
+        ({"warm_start_steps": 0}, "warm_start_steps"),
         ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
         ({"owners": ["x"]}, "not both"),
         ({"epsilon": -1.0}, "epsilon"),

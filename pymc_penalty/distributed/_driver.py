@@ -66,12 +66,14 @@ def run_chains(
     target_accept: float,
     adapt_window: int,
     party_stats: bool = True,
+    starts: np.ndarray | None = None,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
 
     ``pool`` is an :class:`OwnerPool` or a :class:`~pymc_penalty.distributed.shards.ShardPool`
     (one party: the curator, whose noise the pool adds once). ``party_stats`` records each
     owner's and the outsider's ``mu`` per step (off for shards, where there are no parties).
+    ``starts`` (chains, d): each chain's first point (a warm start's), else ``x_init``.
     """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
@@ -87,7 +89,11 @@ def run_chains(
     # PenaltyMetropolis does): the first draw uses the proposal the last tuning draw recorded.
     pending = [PendingTuning() for _ in range(chains)]
     prior = _prior_fn(model, value_vars, model.initial_point())
-    xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
+    xs = (
+        np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
+        if starts is None
+        else np.array(starts, dtype=np.float64).reshape(chains, -1)
+    )
     logpriors = np.array([prior(x) for x in xs])
     trace = np.empty((chains, steps, xs.shape[1]))
     names = ["scaling"]

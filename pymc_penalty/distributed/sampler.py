@@ -239,6 +239,8 @@ _STEP_KWARGS = (
     "tune_interval",
     "compile_kwargs",
 )
+#: pp.sample's warm-start arguments, which carry over to shards (refused with owners).
+_WARM_START = ("warm_start", "warm_start_clip", "warm_start_steps")
 #: pp.sample's own arguments at their defaults (anything else is refused with owners).
 _DEFAULTS = {
     "warm_start": 0.0,
@@ -273,8 +275,12 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
     if party == "shards" and args.get("owners") is not None:
         raise ValueError("Give `owners` (several parties) or `shards` (one curator), not both.")
     carried = tuple(party if k == "owners" else k for k in _CARRIED)
+    if party == "shards":  # the private warm start runs on the shards' summed statistics
+        carried += _WARM_START
     kwargs = {k: args[k] for k in carried if k in args}
     for name, default in _DEFAULTS.items():
+        if name in carried:
+            continue
         if args.get(name, default) != default:
             raise ValueError(f"`{name}` is not available with `{party}` (distributed sampling).")
     step_kwargs = _flat_proposal(args.get("step_kwargs") or {})

@@ -21,6 +21,7 @@ loading, with messages that name the array only.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -29,10 +30,12 @@ import arviz as az
 import cloudpickle
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection
 
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._run import Party, drive
 from pymc_penalty.distributed._setup import Run
+from pymc_penalty.distributed._warm import sharded_warm_start, warm_header, warm_report
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT
 from pymc_penalty.distributed.shards import (
     ShardPool,
@@ -42,6 +45,9 @@ from pymc_penalty.distributed.shards import (
 )
 from pymc_penalty.model.checks import check_min_rows, n_datapoints, validate_model
 from pymc_penalty.results.publish import finalize_result
+from pymc_penalty.sampling.adaptation import RW_SCALE
+from pymc_penalty.validation import check_share, check_warm_start_arguments
+from pymc_penalty.warmstart import WARM_START_STEPS
 
 __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
 
@@ -122,8 +128,8 @@ def sample_sharded(
     clip_mode: str = "distance",
     clip_count_share: float = 0.05,
     S: np.ndarray | None = None,
-    scaling: float = 1.0,
-    adapt: str = "full",
+    scaling: float | None = None,
+    adapt: str | None = None,
     target_accept: float = 0.234,
     adapt_window: int | None = None,
     tune_interval: int | None = None,
@@ -133,6 +139,9 @@ def sample_sharded(
     timeout: float = DEFAULT_TIMEOUT,
     compile_kwargs: dict[str, Any] | None = None,
     pool: ShardPool | None = None,
+    warm_start: float = 0.0,
+    warm_start_clip: float | None = None,
+    warm_start_steps: int = WARM_START_STEPS,
 ) -> az.InferenceData:
     """Sample one curator's table sharded over Dask workers, with one noise draw per release.
 
@@ -202,6 +211,15 @@ def sample_sharded(
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
     min_rows = check_min_rows(min_rows)  # before anything is opened, started or spent
+    check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
+    warm_start = check_share("warm_start", warm_start)  # a number ("auto" is pp.sample's)
+    # After a warm start the chains keep its metric and adapt their scaling only, from the
+    # random-walk scale (as pymc_penalty.sample's); without one, the full covariance from 1.
+    if adapt is None:
+        adapt = "scaling" if warm_start > 0 and S is None else "full"
+    if scaling is None:
+        d = DictToArrayBijection.map(pm.modelcontext(model).initial_point()).data.size
+        scaling = RW_SCALE / math.sqrt(d) if warm_start > 0 and S is None else 1.0
     idata, r, extra = drive(_Shards(shard_loaders(shards), min_rows), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
 
@@ -242,8 +260,28 @@ class _Shards(Party):
     def release_mu(self, pool: ShardPool, mu: float, r: Run, args: Mapping[str, Any]) -> list:
         return [mu]
 
+    def warm_share(self, args: Mapping[str, Any]) -> float:
+        return float(args["warm_start"])
+
+    def warm_start(
+        self, pool: ShardPool, r: Run, args: Mapping[str, Any], mu: float, seed: int
+    ) -> dict[str, Any]:
+        """The private warm start on the shards (:func:`sharded_warm_start`), as the run
+        journal keeps it (:func:`warm_header`)."""
+        clip = args["warm_start_clip"]
+        warm = sharded_warm_start(
+            pool,
+            r,
+            mu=mu,
+            clip="auto" if clip is None else float(clip),
+            steps=int(args["warm_start_steps"]),
+        )
+        self.header = warm_header(warm, r, float(args["warm_start"]), seed, args["S"])
+        return self.header
+
     def report(self, pool: ShardPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
         out: dict[str, Any] = {"dp_shards": len(self.names), "dp_run_id": pool.run}
+        out.update(warm_report(r.resumed or {"warm_start": getattr(self, "header", None)}))
         if r.neighbours is Neighbours.ADD_REMOVE and self.min_rows is not None:
             out["dp_min_rows"] = int(self.min_rows)  # the public bound the gate used
         return out

@@ -112,6 +112,7 @@ from pymc_penalty.warmstart.scoring import (
 from pymc_penalty.warmstart.statistics import RowGradients, RowStatistics
 
 __all__ = [
+    "LogPrior",
     "WarmStartTarget",
     "prepare_warm_start",
     "WARM_START_STEPS",
@@ -119,6 +120,7 @@ __all__ = [
     "WarmStart",
     "WarmStartRefused",
     "fisher_scoring",
+    "per_datapoint_gradients",
     "private_warm_start",
     "split_point",
     "warm_start_clips",
@@ -180,7 +182,7 @@ class WarmStart:
     n_rows: float = math.nan
 
 
-class _Prior:
+class LogPrior:
     """Compiled log prior (with Jacobians), its gradient and Hessian on the raveled space."""
 
     def __init__(self, model: pm.Model, value_vars: list, point: dict[str, np.ndarray]) -> None:
@@ -202,7 +204,7 @@ class _Prior:
         return float(self._fn(np.asarray(x, dtype=self.dtype))[2])
 
 
-def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:
+def per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:
     """Central finite differences of the per-datapoint log-likelihood: shape (n, d); rows
     that are not finite are set to zero (they then add nothing but stay bounded)."""
     h_rel = np.finfo(lik.input_dtype).eps ** (1.0 / 3.0)
@@ -261,7 +263,7 @@ class WarmStartTarget:
     value_vars: list
     n: int
     likelihood: PenaltyLikelihood
-    prior: _Prior
+    prior: LogPrior
 
 
 def prepare_warm_start(
@@ -291,7 +293,7 @@ def prepare_warm_start(
         value_vars=value_vars,
         n=n,
         likelihood=PenaltyLikelihood(model, value_vars, point, compile_kwargs),
-        prior=_Prior(model, value_vars, point),
+        prior=LogPrior(model, value_vars, point),
     )
 
 
@@ -381,7 +383,7 @@ def private_warm_start(
             "the same ones to prepare_warm_start."
         )
     point, value_vars, n, lik = target.point, target.value_vars, target.n, target.likelihood
-    data = RowGradients(lambda at: _per_datapoint_gradients(lik, at, n), n, relation)
+    data = RowGradients(lambda at: per_datapoint_gradients(lik, at, n), n, relation)
     return warm_start_on(
         data, model, value_vars, point, target.prior,
         mu=mu, ledger=ledger, clip=clip, steps=steps, noise=noise,

@@ -1,0 +1,242 @@
+"""The private warm start on a sharded table (issue 31), on a real Dask LocalCluster (2 worker
+processes, 1 thread each): on the same noise it is the in-process warm start of the
+concatenated table (one shard: to float precision; two shards, pairs within each: within
+its noise, and a shifted table's is told apart), no shard's reply has a value per row, the
+driver's ledger holds exactly the warm start's ``mu^2`` plus the steps' (and a resume after a
+killed worker releases the warm start no second time), and bad arguments are refused before
+anything is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pymc as pm
+import pytest
+
+pytest.importorskip("distributed")
+
+import dask_table as table  # noqa: E402
+from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
+
+import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.distributed import (  # noqa: E402
+    DistributedSamplingError,
+    ShardPool,
+    sample_sharded,
+)
+from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
+from pymc_penalty.distributed._warm import sharded_warm_start  # noqa: E402
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
+from pymc_penalty.warmstart import private_warm_start  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+DRIVER_PID = table.DRIVER_PID
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    client = Client(cluster, set_as_default=False)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def scale_model(y: np.ndarray | None = None) -> pm.Model:
+    """``mu ~ N(0, 10)``, ``s ~ HalfNormal(5)``, ``y ~ N(mu, s)`` (a transformed coordinate);
+    without ``y``, a one-row placeholder."""
+    with pm.Model() as m:
+        data = pm.Data("y", np.zeros(1) if y is None else y)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        s = pm.HalfNormal("s", 5.0)
+        pm.Normal("obs", mu, s, observed=data)
+    return m
+
+
+def table_loader(seeds: tuple[int, ...], shift: float = 0.0):
+    """A loader of the concatenated rows of ``seeds`` (:func:`rows_of`), shifted, that refuses
+    to run in the driver."""
+
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return {"y": np.concatenate([rows_of(k)["y"] for k in seeds]) + shift}
+
+    return load
+
+
+def _run(model, neighbours):
+    """A run of ``model`` (its ledger, relation, value variables), nothing spent."""
+    return prepare_run(
+        model, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, neighbours=neighbours,
+        clip=CLIP, clip_mode="distance", clip_count_share=0.05, S=None, scaling=1.0,
+        adapt="full", target_accept=0.234, adapt_window=None, tune_interval=None,
+        ledger_path=None, run=None,
+    )  # fmt: skip
+
+
+def _sharded(client, loaders, neighbours, *, mu, seed):
+    model = scale_model()
+    r = _run(model, neighbours)
+    with ShardPool(loaders, model, r.value_vars, r.point, cluster=client) as pool:
+        return sharded_warm_start(
+            pool, r, mu=mu, clip="auto", steps=12, noise_rng=np.random.default_rng(seed)
+        )
+
+
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_the_sharded_warm_start_is_the_in_process_one_on_the_concatenated_table(client, neighbours):
+    """Same noise seeds, ``mu`` 4 for the warm start. One shard holding the whole table: the
+    in-process result to float precision. Two shards (pairs within each): modes within 1
+    posterior sd of the in-process one (the whole table's own mode moves 0.1-1.7 posterior
+    sd between noise seeds in the NumPy twin of this test, ``test_warmstart_statistics``); a
+    table shifted by 0.3 row sds (about 7 posterior sds) lands farther than 4."""
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    n = y.size
+    post_sd = np.array([1.0, 1.0 / math.sqrt(2.0)]) / math.sqrt(n)  # mu and log s, about
+    min_rows = 100 if neighbours == "add_remove" else None
+    mu = 4.0
+    for seed in (0, 1):
+        with scale_model(y):
+            local = private_warm_start(
+                mu=mu, ledger=PrivacyLedger(10.0), clip="auto", neighbours=neighbours,
+                noise_rng=np.random.default_rng(seed), min_rows=min_rows,
+            )  # fmt: skip
+        one = _sharded(client, [table_loader((0, 1))], neighbours, mu=mu, seed=seed)
+        np.testing.assert_allclose(one.point, local.point, rtol=1e-8)
+        np.testing.assert_allclose(one.covariance, local.covariance, rtol=1e-8)
+        assert one.n_rows == local.n_rows and one.releases == local.releases
+        assert one.mu == pytest.approx(mu, rel=1e-12)
+
+        two = _sharded(client, [loader_of(0), loader_of(1)], neighbours, mu=mu, seed=seed)
+        assert np.all(np.abs(two.point - local.point) / post_sd < 1.0), two.point - local.point
+        inv = np.linalg.inv(np.linalg.cholesky(local.covariance))
+        ratio = np.linalg.eigvalsh(inv @ two.covariance @ inv.T)  # 1 where they agree
+        assert np.all((ratio > 0.6) & (ratio < 1.6)), ratio
+        shifted = _sharded(
+            client, [table_loader((0,), 0.3), table_loader((1,), 0.3)], neighbours, mu=mu,
+            seed=seed,
+        )  # fmt: skip
+        assert abs(shifted.point[0] - local.point[0]) / post_sd[0] > 4.0
+
+
+def test_the_warm_start_is_charged_once_and_no_reply_holds_a_row(client, tmp_path):
+    """Through ``pp.sample(shards=...)``: every reply a shard sent (the warm start's sums and
+    the steps') has at most ``d x d`` values, never ``N_K``; the driver's ledger holds exactly
+    the warm start's ``mu^2`` (its share of the budget) plus every step's
+    ``chains * mu_step^2``; the chains start at the warm start's draws and move in its
+    metric."""
+    ledger_path = tmp_path / "run.ledger"
+    chains, draws, tune, share = 3, 40, 20, 0.2
+    with table.replies_received(ShardPool) as replies:
+        idata = pp.sample(
+            shards=[loader_of(0), loader_of(1)], cluster=client, model=scale_model(),
+            epsilon=EPS, delta=DELTA, draws=draws, tune=tune, chains=chains, clip=CLIP,
+            clip_mode="distance", warm_start=share, ledger_path=ledger_path, random_seed=3,
+        )  # fmt: skip
+    d = 2
+    sizes = {np.size(a) for r in replies for a in table.arrays(r)}
+    sizes |= {np.size(r) for r in replies if isinstance(r, np.ndarray | float | int)}
+    assert max(sizes) <= d * d and N_K not in sizes, sizes
+    warm_sums = [r for r in replies if isinstance(r, np.ndarray) and r.shape == (d, d)]
+    assert warm_sums  # the warm start's curvature sums came from the shards
+
+    budget_mu2 = pp.PrivacyBudget(EPS, DELTA).mu ** 2
+    lines = [json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()]
+    header = next(e for e in lines if "owner_mu" in e)
+    warm = header["warm_start"]
+    assert warm["mu"] ** 2 == pytest.approx(share * budget_mu2, rel=1e-9)
+    step_mu2 = header["owner_mu"][0] ** 2
+    assert idata.sample_stats["dp_mu"].values ** 2 == pytest.approx(step_mu2, rel=1e-9)
+    spent = PrivacyLedger.open(ledger_path).spent_mu2
+    expected = share * budget_mu2 + (draws + tune) * chains * step_mu2
+    assert spent == pytest.approx(expected, rel=1e-9)
+    assert spent <= budget_mu2
+    assert idata.attrs["dp_warm_start_share"] == share
+    assert idata.attrs["dp_warm_start_mu"] == pytest.approx(math.sqrt(share * budget_mu2))
+    assert idata.attrs["dp_warm_start_releases"] == warm["releases"] > 0
+    # Each chain's first point is its journaled start; the starts centre on the warm point.
+    first = np.stack(
+        [
+            idata.warmup_posterior["mu"].values[:, 0],
+            np.log(idata.warmup_posterior["s"].values[:, 0]),
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(first, np.asarray(warm["starts"]), rtol=1e-9)
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    assert abs(np.mean(warm["starts"], axis=0)[0] - y.mean()) < 0.5  # near the mode
+
+
+def test_a_resume_reuses_the_journaled_warm_start(tmp_path):
+    """A worker killed during the chains; the resume neither re-runs the warm start (no
+    shard is asked for a warm-start sum) nor charges it again: the ledger holds the warm
+    start once and every step once. A resume with another ``warm_start`` is refused first,
+    without a charge."""
+    model = scale_model()
+    shards = [loader_of(0), loader_of(1)]
+    ledger_path = tmp_path / "run.ledger"
+    kwargs = dict(
+        epsilon=EPS, delta=DELTA, draws=20, tune=10, chains=2, clip=CLIP, warm_start=0.3,
+        warm_start_steps=4,
+    )  # fmt: skip
+    kill_at = 12
+    with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
+        pids = pool.client.run(os.getpid)
+        table.kill_before_step(pool, pids[pool.placement[1]], kill_at)
+        with pytest.raises(DistributedSamplingError, match="Shard 'shard-1'") as err:
+            sample_sharded(shards, model=model, pool=pool, ledger_path=ledger_path, **kwargs)
+    run = err.value.run
+    lines = [json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()]
+    header = next(e for e in lines if "owner_mu" in e)
+    warm_mu2, mu2 = header["warm_start"]["mu"] ** 2, header["owner_mu"][0] ** 2
+    budget_mu2 = pp.PrivacyBudget(EPS, DELTA).mu ** 2
+    assert warm_mu2 == pytest.approx(0.3 * budget_mu2, rel=1e-9)
+    spent = PrivacyLedger.open(ledger_path).spent_mu2
+    assert spent == pytest.approx(warm_mu2 + (kill_at + 1) * 2 * mu2, rel=1e-9)
+
+    with pytest.raises(ValueError, match="`warm_start` differs"):
+        sample_sharded(
+            shards, model=model, ledger_path=ledger_path, run=run, **{**kwargs, "warm_start": 0.2}
+        )
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == spent
+
+    with table.replies_received(ShardPool) as replies:
+        idata = table.resume(sample_sharded, shards, run, ledger_path, model=model, **kwargs)
+    assert not [r for r in replies if isinstance(r, np.ndarray) and r.shape == (2, 2)]
+    final = PrivacyLedger.open(ledger_path).spent_mu2
+    assert final == pytest.approx(warm_mu2 + 30 * 2 * mu2, rel=1e-9)  # each once
+    assert idata.attrs["dp_warm_start_mu"] ** 2 == pytest.approx(warm_mu2)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"warm_start": 1.0}, "warm_start"),
+        ({"warm_start": -0.1}, "warm_start"),
+        ({"warm_start": "auto"}, "warm_start"),
+        ({"warm_start_clip": 0.0}, "warm_start_clip"),
+        ({"warm_start_steps": 0}, "warm_start_steps"),
+        ({"warm_start_steps": 2.5}, "warm_start_steps"),
+    ],
+)
+def test_bad_warm_start_arguments_are_refused_before_anything_is_spent(tmp_path, extra, match):
+    ledger_path = tmp_path / "run.ledger"
+    PrivacyLedger(pp.PrivacyBudget(EPS, DELTA).mu, ledger_path)
+    args = dict(
+        epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP, warm_start=0.2,
+        cluster="tcp://127.0.0.1:9", ledger_path=ledger_path,
+    )  # fmt: skip
+    args.update(extra)
+    with pytest.raises(ValueError, match=match):
+        sample_sharded([loader_of(0)], model=scale_model(), **args)
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == 0.0
