@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import time
 
 import numpy as np
 import pymc as pm
@@ -25,13 +27,14 @@ from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty.distributed import (  # noqa: E402
     DistributedSamplingError,
+    ShardError,
     ShardPool,
     sample_sharded,
 )
 from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
 from pymc_penalty.distributed._warm import sharded_warm_start  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
-from pymc_penalty.warmstart import private_warm_start  # noqa: E402
+from pymc_penalty.warmstart import private_warm_start, warm_start_schedule  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -216,6 +219,96 @@ def test_a_resume_reuses_the_journaled_warm_start(tmp_path):
     final = PrivacyLedger.open(ledger_path).spent_mu2
     assert final == pytest.approx(warm_mu2 + 30 * 2 * mu2, rel=1e-9)  # each once
     assert idata.attrs["dp_warm_start_mu"] ** 2 == pytest.approx(warm_mu2)
+
+
+class _CountingLedger:
+    """A ledger that records what it committed, in order (the real one's reservations would
+    hide the order)."""
+
+    def __init__(self, ledger):
+        self.ledger, self.committed = ledger, 0.0
+
+    def try_spend(self, mu2):
+        ok = self.ledger.try_spend(mu2)
+        self.committed += mu2 if ok else 0.0
+        return ok
+
+    def release_unused(self):
+        self.ledger.release_unused()
+
+
+def test_every_warm_start_release_is_charged_before_a_shard_reads_its_rows(client):
+    """At every call that makes a shard read its rows for the warm start (its sums at a
+    point), the driver's ledger has committed every release of the Fisher-scoring steps up to
+    and including that call's step (counted by the gradient sums asked before it); asking a
+    shard its row count is public under substitute-one."""
+    model = table.normal_model()
+    r = _run(model, "substitute")
+    ledger = _CountingLedger(r.ledger)
+    r = r._replace(ledger=ledger)
+    steps, mu = 6, 1.0
+    schedule = warm_start_schedule(mu, steps)
+    # Step k's releases: gradient and curvature, split into parts (step 0) or with the count.
+    due = np.cumsum([g**2 + c**2 for g, c in schedule])
+    seen: list[tuple[str, float]] = []
+    original = ShardPool._ask_all
+
+    def spy(self, what, send):
+        seen.append((what, ledger.committed))
+        return original(self, what, send)
+
+    with ShardPool(
+        [loader_of(0), loader_of(1)], model, r.value_vars, r.point, cluster=client
+    ) as pool:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ShardPool, "_ask_all", spy)
+            warm = sharded_warm_start(pool, r, mu=mu, clip="auto", steps=steps)
+    assert warm.mu == pytest.approx(mu, rel=1e-12)
+    assert len([w for w, _ in seen if "gradient" in w]) == steps
+    k = 0  # the step of a read: the shards forget each step's gradients after its releases
+    for what, committed in seen:
+        if "forget" in what:
+            k += 1
+        elif "rows" not in what:
+            assert committed >= due[k] * (1 - 1e-9), (what, k, committed, due[k])
+    assert k == steps
+    assert ledger.committed == pytest.approx(mu**2, rel=1e-9)
+
+
+def test_a_shard_lost_during_the_warm_start_stops_the_run_unresumable(tmp_path):
+    """A worker killed while the warm start runs: ``ShardError`` names the shard and says the
+    run cannot be resumed; the ledger keeps what was committed, and no run was journaled."""
+    model = scale_model()
+    shards = [loader_of(0), loader_of(1)]
+    ledger_path = tmp_path / "run.ledger"
+    kwargs = dict(epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, clip=CLIP)
+    with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
+        pids = pool.client.run(os.getpid)
+        victim = pids[pool.placement[1]]
+        warm_statistics = pool.warm_statistics
+
+        def killing(neighbours, d):
+            data = warm_statistics(neighbours, d)
+            ask = data._ask
+
+            def ask_then_kill(name, args):
+                if name == "gradient":
+                    os.kill(victim, signal.SIGKILL)
+                    time.sleep(0.3)
+                return ask(name, args)
+
+            data._ask = ask_then_kill
+            return data
+
+        pool.warm_statistics = killing
+        with pytest.raises(ShardError, match="shard-1.*cannot be resumed"):
+            sample_sharded(
+                shards, model=model, pool=pool, ledger_path=ledger_path, warm_start=0.2, **kwargs
+            )
+    spent = PrivacyLedger.open(ledger_path).spent_mu2
+    assert 0.0 < spent < 0.2 * pp.PrivacyBudget(EPS, DELTA).mu ** 2
+    runs = tmp_path / "run.ledger.runs"
+    assert not runs.exists() or not runs.read_text().strip()
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,9 @@
 """The penalty chain of one curator's table sharded over Dask workers (:func:`sample_sharded`).
 
-The same chain as :func:`pymc_penalty.sample` on the concatenated table: per step the driver
+The same chain as :func:`pymc_penalty.sample` on the concatenated table, after the same
+private warm start where one is asked for (:mod:`pymc_penalty.distributed._warm`: each shard
+returns only its sums over its rows, the driver charges each release first and adds one
+noise): per step the driver
 draws every chain's proposal, charges its ledger ``chains * mu^2`` *before* asking the
 shards, receives their exact clipped partial sums (one float and one count per chain and
 shard), adds one noise draw per release (:class:`~pymc_penalty.distributed.shards.ShardPool`)
@@ -43,6 +46,7 @@ from pymc_penalty.distributed.shards import (
     shard_loaders,
     shard_names,
 )
+from pymc_penalty.errors import ShardError
 from pymc_penalty.model.checks import check_min_rows, n_datapoints, validate_model
 from pymc_penalty.results.publish import finalize_result
 from pymc_penalty.sampling.adaptation import RW_SCALE
@@ -164,13 +168,22 @@ def sample_sharded(
         As in ``pm.sample``; every tuning step of every chain is a release.
     model : pm.Model, optional
         The model with placeholder ``pm.Data`` containers (the right columns, one row): it
-        travels without rows. All chains start at its initial point.
+        travels without rows. Without a warm start all chains start at its initial point.
     cluster : None, str or distributed.Client
         ``None`` starts a ``LocalCluster`` (one worker process per shard, at most one per
         CPU); a scheduler address (``"tcp://host:8786"``) or a ``Client`` uses that cluster.
-    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
+    neighbours, clip, clip_mode, clip_count_share, target_accept
         As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals). ``clip`` must be a
-        number: the found clip (``"auto"``) and the warm start are not available here yet.
+        number: the chains' found clip (``"auto"``) is not available here yet.
+    S : ndarray, optional
+        The proposal's sds ``(d,)`` or covariance ``(d, d)``; by default the warm start's
+        estimated covariance, or ones without a warm start.
+    scaling : float, optional
+        The proposal's starting scale: ``2.38 / sqrt(d)`` after a warm start whose
+        covariance is the metric, else 1.
+    adapt : {"full", "diag", "scaling", "none"}, optional
+        What tuning adapts: ``"scaling"`` after a warm start whose covariance is the metric
+        (as :func:`pymc_penalty.sample`), else ``"full"``.
     min_rows : int, optional
         Under add/remove-one neighbours, where it is required, a public lower bound (``>= 2``)
         on the number of rows of the whole table, fixed without looking at it: the model
@@ -195,18 +208,35 @@ def sample_sharded(
         Passed to each shard's compiled likelihood.
     pool : ShardPool, optional
         A pool already started for these shards and this model (not closed here).
+    warm_start : float, default 0
+        Share, in ``[0, 1)``, of the ledger's remaining ``mu^2`` spent on the private warm
+        start before the chains (:func:`pymc_penalty.warmstart.private_warm_start`'s
+        releases, each shard returning only its sums over its rows, pairs formed within the
+        shard; one noise per release at the driver, charged to its ledger before any shard is
+        asked; see docs/distributed.md). The chains are calibrated to the rest; each starts
+        at its own centred draw of the warm start's Gaussian approximation. The warm start's
+        public result is journaled with the run, so a resumed run reuses it (nothing of it is
+        released again); a run stopped during its warm start cannot be resumed.
+        ``pymc_penalty.sample(shards=...)`` passes its own (``"auto"``: 0.2).
+    warm_start_clip : float, optional
+        The warm start's gradient clip in its metric; found from its noisy counts by default.
+    warm_start_steps : int, default 12
+        The warm start's Fisher-scoring steps.
 
     Returns
     -------
     InferenceData
         Posterior (tuning draws in ``warmup_*`` groups) and the privacy report in ``attrs``
-        (``dp_shards``: the number of shards; ``dp_run_id``).
+        (``dp_shards``: the number of shards; ``dp_run_id``; ``dp_warm_start_share``,
+        ``dp_warm_start_mu``, ``dp_warm_start_releases``).
 
     Raises
     ------
     DistributedSamplingError
         A shard was lost, hung or failed mid-run; names the shard and what the ledger
         committed; its ``run`` resumes the run.
+    ShardError
+        A shard was lost, hung or failed during the warm start (the run cannot be resumed).
     ValueError
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
@@ -269,13 +299,22 @@ class _Shards(Party):
         """The private warm start on the shards (:func:`sharded_warm_start`), as the run
         journal keeps it (:func:`warm_header`)."""
         clip = args["warm_start_clip"]
-        warm = sharded_warm_start(
-            pool,
-            r,
-            mu=mu,
-            clip="auto" if clip is None else float(clip),
-            steps=int(args["warm_start_steps"]),
-        )
+        try:
+            warm = sharded_warm_start(
+                pool,
+                r,
+                mu=mu,
+                clip="auto" if clip is None else float(clip),
+                steps=int(args["warm_start_steps"]),
+            )
+        except ShardError as exc:
+            spent = r.budget.epsilon_spent(math.sqrt(r.ledger.spent_mu2))
+            raise ShardError(
+                f"{exc} The warm start of run {pool.run!r} stopped before the run was "
+                f"journaled (the driver's ledger has committed epsilon = {spent:.4g} of "
+                f"{r.budget.epsilon:g}): it cannot be resumed; a new run releases its warm "
+                "start anew, charged again."
+            ) from None
         self.header = warm_header(warm, r, float(args["warm_start"]), seed, args["S"])
         return self.header
 
