@@ -474,6 +474,8 @@ def fisher_scoring(
         if isinstance(row_grads, RowStatistics)
         else RowGradients(row_grads, int(n), neighbours)
     )
+    if data.neighbours is not neighbours:
+        raise ValueError("`row_grads` forms its pairs for another neighbour relation.")
     sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))
     # n is public under substitute-one; under add/remove-one only its noisy count is used.
     n_hat, chol = (math.nan if adds else float(data.rows())), None

@@ -189,9 +189,10 @@ class SummedStatistics(RowStatistics):
         return sum(self._rows())
 
     def pairs(self, n_hat: float) -> float:
+        # At least 1 (shards of one row each form no pair): a public floor, as n_hat's.
         if self.neighbours is Neighbours.ADD_REMOVE:
             return max(n_hat - self._parts, 1.0)
-        return float(sum(k // 2 for k in self._rows()))
+        return max(float(sum(k // 2 for k in self._rows())), 1.0)
 
     def _sum(self, name: str, *args: object) -> np.ndarray:
         return np.sum([np.asarray(a, dtype=np.float64) for a in self._ask(name, args)], axis=0)
