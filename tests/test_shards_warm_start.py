@@ -181,18 +181,20 @@ def test_the_warm_start_is_charged_once_and_no_reply_holds_a_row(client, tmp_pat
 
 
 def test_a_resume_reuses_the_journaled_warm_start(tmp_path):
-    """A worker killed during the chains; the resume neither re-runs the warm start (no
-    shard is asked for a warm-start sum) nor charges it again: the ledger holds the warm
-    start once and every step once. A resume with another ``warm_start`` is refused first,
-    without a charge."""
+    """A worker killed during the chains' tuning; the resume neither re-runs the warm start
+    (no shard is asked for a warm-start sum) nor charges it again: the ledger holds the warm
+    start once and every step once. The found clip (``clip="auto"``) starts from the
+    journal and, on the replayed steps' identical releases, moves identically (a replayed
+    step with other points would be refused). A resume with another ``warm_start`` is
+    refused first, without a charge."""
     model = scale_model()
     shards = [loader_of(0), loader_of(1)]
     ledger_path = tmp_path / "run.ledger"
     kwargs = dict(
-        epsilon=EPS, delta=DELTA, draws=20, tune=10, chains=2, clip=CLIP, warm_start=0.3,
+        epsilon=EPS, delta=DELTA, draws=20, tune=10, chains=2, clip="auto", warm_start=0.3,
         warm_start_steps=4,
     )  # fmt: skip
-    kill_at = 12
+    kill_at = 8  # in tuning: the replay must find the same clips (else its digests differ)
     with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
         pids = pool.client.run(os.getpid)
         table.kill_before_step(pool, pids[pool.placement[1]], kill_at)
@@ -219,6 +221,52 @@ def test_a_resume_reuses_the_journaled_warm_start(tmp_path):
     final = PrivacyLedger.open(ledger_path).spent_mu2
     assert final == pytest.approx(warm_mu2 + 30 * 2 * mu2, rel=1e-9)  # each once
     assert idata.attrs["dp_warm_start_mu"] ** 2 == pytest.approx(warm_mu2)
+    assert header["found_clip"]["probe"] is False  # after a warm start: it holds
+    clip = idata.warmup_sample_stats["dp_clip"].values
+    assert np.all(clip[:, 0] == header["found_clip"]["start"])
+
+
+def heavy_loader(seed: int):
+    """A loader of 2000 rows ``1 + t_2`` (tails heavier than the normal model's: a found clip
+    must grow), refusing to run in the driver."""
+
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return {"y": heavy_rows(seed)}
+
+    return load
+
+
+def heavy_rows(seed: int) -> np.ndarray:
+    return 1.0 + np.random.default_rng(seed).standard_t(2.0, size=2000)
+
+
+def test_the_chains_found_clip_on_shards_is_pymc_penalty_samples(client):
+    """``clip="auto"`` through ``pp.sample(shards=...)`` without a warm start: each chain's
+    clip starts where in-process ``pp.sample`` starts it on the concatenated table (from the
+    public n: the same number) and, on rows with heavy tails, grows during tuning as the
+    in-process one does (measured 0.052 to 5.8-7.7 sharded, to 7.9-9.1 in-process, epsilon
+    20): the two ends within a factor 3, both over 20 times the start (the must-fail side: a
+    clip that did not move); it holds during the draws, and the report says it was found."""
+    kw = dict(epsilon=20.0, delta=DELTA, draws=100, tune=300, chains=2, warm_start=0)
+    model = table.normal_model()
+    dist = pp.sample(shards=[heavy_loader(0), heavy_loader(1)], model=model, cluster=client,
+                     random_seed=1, **kw)  # fmt: skip
+    with table.normal_model(np.concatenate([heavy_rows(0), heavy_rows(1)])):
+        local = pp.sample(random_seed=2, method="penalty", discard_tuned_samples=False,
+                          progressbar=False, **kw)  # fmt: skip
+    starts, ends = [], []
+    for idata in (dist, local):
+        clip = idata.warmup_sample_stats["dp_clip"].values
+        starts.append(clip[:, 0])
+        ends.append(np.median(idata.sample_stats["dp_clip"].values, axis=1))
+        drawn = idata.sample_stats["dp_clip"].values
+        assert np.all(drawn == drawn[:, :1])  # held during the draws
+    np.testing.assert_allclose(starts[0], starts[1], rtol=1e-12)
+    assert np.all(ends[0] > 20 * starts[0]) and np.all(ends[1] > 20 * starts[1])
+    assert 1 / 3 < np.median(ends[0]) / np.median(ends[1]) < 3, ends
+    assert "found in tuning" in dist.attrs["dp_sensitivity"]
 
 
 class _CountingLedger:

@@ -115,6 +115,13 @@ class Party(ABC):
         (:func:`~pymc_penalty.distributed._warm.warm_header`)."""
         raise NotImplementedError
 
+    def found_clip(
+        self, pool: ActorPool, r: Run, args: Mapping[str, Any], warm: dict[str, Any] | None
+    ) -> dict[str, Any]:  # pragma: no cover - only parties that take clip="auto"
+        """The found clip's start (``clip="auto"``), as the run journal keeps it
+        (:func:`~pymc_penalty.distributed._warm.found_clip_start`)."""
+        raise NotImplementedError
+
 
 def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run, dict[str, Any]]:
     """Run the penalty chain through ``party``'s pool; ``args`` holds the sampler's arguments
@@ -136,10 +143,12 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
     if r.resumed is None:
         # The warm start's mu and the chains' are fixed here, before anything is spent.
         warm_mu, chains_mu = split_mu(available_mu(r.ledger), share)
+        auto = r.config.clip_auto  # a found clip: its start is not known yet (no warning)
         mu = calibrate(
             chains_mu,
             r.plan,
-            clip=float(args["clip"]),
+            clip=1.0 if auto else float(args["clip"]),
+            warn_below=0.0 if auto else 0.05,
             clip_mode=r.clip_mode,
             neighbours=r.neighbours,
             clip_count_share=r.share,
@@ -163,17 +172,21 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
             }
             if share > 0:  # released once: a resume reads it from the journal
                 header["warm_start"] = party.warm_start(pool, r, args, warm_mu, seed)
+            if r.config.clip_auto:  # the found clip's start (public), kept for a resume
+                header["found_clip"] = party.found_clip(pool, r, args, header.get("warm_start"))
             r.journal.add(header)
         else:
             header = r.resumed
-        warm = header.get("warm_start")
+        warm, found = header.get("warm_start"), header.get("found_clip")
         S = r.S if warm is None else np.asarray(warm["S"], dtype=np.float64)
+        if found is not None and found.get("S") is not None:
+            S = np.asarray(found["S"], dtype=np.float64)
         starts = None if warm is None else np.asarray(warm["starts"], dtype=np.float64)
         idata = run_chains(
             pool, r.config, r.journal, header, r.plan, r.share, r.model, r.value_vars,
             r.x_init, S, scaling=float(args["scaling"]), adapt=args["adapt"],
             target_accept=float(args["target_accept"]), adapt_window=r.adapt_window,
-            party_stats=party.party_stats, starts=starts,
+            party_stats=party.party_stats, starts=starts, found_clip=found,
         )  # fmt: skip
         extra = party.report(pool, idata, r)
     finally:

@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._setup import Run
 from pymc_penalty.distributed.shards import ShardPool
-from pymc_penalty.planning.plan import chain_starts, positive_definite
+from pymc_penalty.planning.plan import chain_starts, clip_tail, positive_definite
+from pymc_penalty.sampling.adaptation.state import starting_proposal
 from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
 
-__all__ = ["sharded_warm_start", "warm_header"]
+__all__ = ["found_clip_start", "sharded_warm_start", "warm_header", "warm_report"]
 
 
 def sharded_warm_start(
@@ -90,12 +92,47 @@ def warm_header(
         for start in starts
     ]
     metric = positive_definite(warm.covariance) if S is None else np.asarray(S, dtype=float)
-    return {
+    header = {
         "share": float(share),
         "mu": float(warm.mu),
         "releases": int(warm.releases),
         "starts": xs,
         "S": metric.tolist(),
+        # The chains' found clip starts higher on heavier tails (released values only).
+        "clip_tail": float(clip_tail(warm)),
+    }
+    if r.neighbours is Neighbours.ADD_REMOVE:  # its released (noisy) count of the rows
+        header["n_rows"] = float(warm.n_rows)
+    return header
+
+
+def found_clip_start(
+    pool: ShardPool, r: Run, warm: dict[str, Any] | None, S: np.ndarray | None
+) -> dict[str, Any]:
+    """The start of the chains' found clip (``clip="auto"``), as the run journal keeps it,
+    by :func:`pymc_penalty.sample`'s rules (public values only).
+
+    The row count it aims with is ``n`` under substitute-one (the shards' sizes, public
+    there); under add/remove-one the clip aims at one clipped row per release and starts from
+    the warm start's released count (or from no count without one). After a warm start, or
+    with ``S`` given, the metric is taken for the posterior's shape and the clip starts at its
+    Gaussian tail times the warm start's ``clip_tail`` and never probes down; otherwise it
+    probes from :func:`~pymc_penalty.sampling.adaptation.starting_clip` with the proposal's
+    sds at :func:`~pymc_penalty.sampling.adaptation.starting_sd` (``S``)."""
+    adds = r.neighbours is Neighbours.ADD_REMOVE
+    size = int(r.x_init.data.size)
+    n_public = None if adds else int(pool.warm_statistics(r.neighbours, size).rows())
+    start_rows = n_public if not adds else (None if warm is None else warm.get("n_rows"))
+    shaped = warm is not None or S is not None
+    given = np.asarray(warm["S"]) if warm is not None else S
+    metric, clip = starting_proposal(
+        given, size, "auto", start_rows, 1.0 if warm is None else float(warm["clip_tail"])
+    )
+    return {
+        "start": float(clip),
+        "n_public": n_public,
+        "probe": not shaped,
+        "S": None if shaped else np.asarray(metric, dtype=float).tolist(),
     }
 
 

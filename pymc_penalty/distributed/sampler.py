@@ -135,6 +135,8 @@ def sample(
     ValueError
         Bad arguments, before anything is spent.
     """
+    if isinstance(clip, str):  # before anything is opened, started or spent
+        raise ValueError("`clip` must be a finite positive number with several owners.")
     idata, r, extra = drive(_Owners(owners), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
 
@@ -296,10 +298,10 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
             f"{sorted(rest)} are pm.sample arguments, not available with `{party}`; "
             "see pymc_penalty.distributed."
         )
-    if isinstance(kwargs.get("clip"), str):
+    if party == "owners" and isinstance(kwargs.get("clip"), str):
         raise ValueError(
-            f"`clip` must be a number with `{party}`: clip='auto' (pp.sample's default) is not "
-            "available in distributed sampling yet; give a finite positive clip (and clip_mode)."
+            "`clip` must be a number with `owners`: clip='auto' (pp.sample's default) is not "
+            "available with several owners yet; give a finite positive clip (and clip_mode)."
         )
     if party == "shards":
         from pymc_penalty.distributed.sharded import sample_sharded

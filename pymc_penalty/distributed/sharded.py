@@ -38,7 +38,12 @@ from pymc.blocking import DictToArrayBijection
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._run import Party, drive
 from pymc_penalty.distributed._setup import Run
-from pymc_penalty.distributed._warm import sharded_warm_start, warm_header, warm_report
+from pymc_penalty.distributed._warm import (
+    found_clip_start,
+    sharded_warm_start,
+    warm_header,
+    warm_report,
+)
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT
 from pymc_penalty.distributed.shards import (
     ShardPool,
@@ -128,7 +133,7 @@ def sample_sharded(
     cluster: Any = None,
     neighbours: str = "substitute",
     min_rows: int | None = None,
-    clip: float = 1.0,
+    clip: float | str = 1.0,
     clip_mode: str = "distance",
     clip_count_share: float = 0.05,
     S: np.ndarray | None = None,
@@ -172,9 +177,17 @@ def sample_sharded(
     cluster : None, str or distributed.Client
         ``None`` starts a ``LocalCluster`` (one worker process per shard, at most one per
         CPU); a scheduler address (``"tcp://host:8786"``) or a ``Client`` uses that cluster.
-    neighbours, clip, clip_mode, clip_count_share, target_accept
-        As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals). ``clip`` must be a
-        number: the chains' found clip (``"auto"``) is not available here yet.
+    neighbours, clip_mode, clip_count_share, target_accept
+        As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals).
+    clip : float or "auto", default 1.0
+        The clip constant, or ``"auto"``: each chain's clip is found in tuning from its
+        released noisy clipped counts, by the penalty step's rule
+        (:class:`~pymc_penalty.sampling.adaptation.ClipAdapter`), aiming at a fraction of the
+        shards' total row count under substitute-one (public there) and at one clipped row
+        per release under add/remove-one; it starts as :func:`pymc_penalty.sample`'s does
+        (after a warm start at the Gaussian tail in its metric, raised by its found clip, and
+        from its released count under add/remove-one). Per chain and step in
+        ``sample_stats["dp_clip"]``; the start is journaled with the run.
     S : ndarray, optional
         The proposal's sds ``(d,)`` or covariance ``(d, d)``; by default the warm start's
         estimated covariance, or ones without a warm start.
@@ -317,6 +330,12 @@ class _Shards(Party):
             ) from None
         self.header = warm_header(warm, r, float(args["warm_start"]), seed, args["S"])
         return self.header
+
+    def found_clip(
+        self, pool: ShardPool, r: Run, args: Mapping[str, Any], warm: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The chains' found clip's start (:func:`found_clip_start`)."""
+        return found_clip_start(pool, r, warm, args["S"])
 
     def report(self, pool: ShardPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
         out: dict[str, Any] = {"dp_shards": len(self.names), "dp_run_id": pool.run}
