@@ -214,6 +214,11 @@ def test_a_resume_reuses_the_journaled_warm_start(tmp_path):
             shards, model=model, ledger_path=ledger_path, run=run, **{**kwargs, "warm_start": 0.2}
         )
     assert PrivacyLedger.open(ledger_path).spent_mu2 == spent
+    with pytest.raises(ValueError, match="`clip` .* differs"):
+        sample_sharded(
+            shards, model=model, ledger_path=ledger_path, run=run, **{**kwargs, "clip": CLIP}
+        )
+    assert PrivacyLedger.open(ledger_path).spent_mu2 == spent
 
     with table.replies_received(ShardPool) as replies:
         idata = table.resume(sample_sharded, shards, run, ledger_path, model=model, **kwargs)

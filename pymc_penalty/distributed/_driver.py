@@ -104,7 +104,9 @@ def run_chains(
             for c in range(chains)
         ]  # fmt: skip
 
-    def tune_chain(c: int, x: np.ndarray, accept: float, accepted: bool, count=None) -> None:
+    def tune_chain(
+        c: int, x: np.ndarray, accept: float, accepted: bool, count: tuple | None = None
+    ) -> None:
         """A chain's held tuning update: its proposal, then its found clip (released
         values only)."""
         adapters[c].update(x, accept, accepted)

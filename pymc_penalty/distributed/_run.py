@@ -135,10 +135,11 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
         if r.resumed.get("plan") != plan:
             raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
     share = party.warm_share(args)
-    if r.resumed is not None and float((r.resumed.get("warm_start") or {}).get("share", 0.0)) != (
-        share
-    ):
-        raise ValueError("`warm_start` differs from the run being resumed.")
+    if r.resumed is not None:
+        if float((r.resumed.get("warm_start") or {}).get("share", 0.0)) != share:
+            raise ValueError("`warm_start` differs from the run being resumed.")
+        if ("found_clip" in r.resumed) != r.config.clip_auto:
+            raise ValueError("`clip` ('auto' or a number) differs from the run being resumed.")
     party.check(r)
     if r.resumed is None:
         # The warm start's mu and the chains' are fixed here, before anything is spent.

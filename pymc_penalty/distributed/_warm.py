@@ -1,6 +1,7 @@
-"""The private warm start of a sharded table (:func:`sharded_warm_start`) and what the run
-journal keeps of it (:func:`warm_header`), so a resumed run reuses it instead of releasing it
-again.
+"""What a sharded run settles before its chains: the private warm start
+(:func:`sharded_warm_start`) and the found clip's start (:func:`found_clip_start`), each as
+the run journal keeps it (:func:`warm_header`), so a resumed run reuses them instead of
+releasing anything again.
 
 The warm start is the in-process one (:func:`~pymc_penalty.warmstart.warm_start_on`, the same
 Fisher scoring on the same released statistics), reading the table through
