@@ -274,6 +274,35 @@ def test_the_chains_found_clip_on_shards_is_pymc_penalty_samples(client):
     assert "found in tuning" in dist.attrs["dp_sensitivity"]
 
 
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_the_found_clip_starts_from_public_counts_only(client, tmp_path, neighbours):
+    """After a warm start, the chains' found clip starts at ``clip_tail`` times the Gaussian
+    start of the row count that is public: ``n`` (the shards' sizes) under substitute-one,
+    the warm start's released count under add/remove-one, where the journal keeps no exact
+    count (``n_public`` None) and the clip aims at one row per release."""
+    from pymc_penalty.sampling.adaptation import clip_target_fraction, starting_clip
+
+    ledger_path = tmp_path / "run.ledger"
+    pp.sample(
+        shards=[loader_of(0), loader_of(1)], cluster=client, model=table.normal_model(),
+        epsilon=4.0, delta=DELTA, draws=20, tune=20, chains=2, neighbours=neighbours,
+        min_rows=100 if neighbours == "add_remove" else None, ledger_path=ledger_path,
+        random_seed=5, progressbar=False,
+    )  # fmt: skip
+    lines = [json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()]
+    header = next(e for e in lines if "owner_mu" in e)
+    warm, found = header["warm_start"], header["found_clip"]
+    if neighbours == "substitute":
+        rows = found["n_public"]
+        assert rows == 2 * N_K and "n_rows" not in warm
+    else:
+        rows = warm["n_rows"]  # released: an integer, noisy
+        assert found["n_public"] is None and rows == round(rows)
+    expected = warm["clip_tail"] * starting_clip(rows, clip_target_fraction(rows))
+    assert found["start"] == pytest.approx(expected, rel=1e-12)
+    assert found["probe"] is False and found["S"] is None  # the warm start's metric
+
+
 class _CountingLedger:
     """A ledger that records what it committed, in order (the real one's reservations would
     hide the order)."""
@@ -373,9 +402,11 @@ def test_a_shard_lost_during_the_warm_start_stops_the_run_unresumable(tmp_path):
         ({"warm_start_clip": 0.0}, "warm_start_clip"),
         ({"warm_start_steps": 0}, "warm_start_steps"),
         ({"warm_start_steps": 2.5}, "warm_start_steps"),
+        ({"clip": "found"}, "`clip` must be"),
+        ({"clip": "auto", "clip_count_share": 0.0}, "positive `clip_count_share`"),
     ],
 )
-def test_bad_warm_start_arguments_are_refused_before_anything_is_spent(tmp_path, extra, match):
+def test_bad_warm_start_and_clip_arguments_are_refused_before_spending(tmp_path, extra, match):
     ledger_path = tmp_path / "run.ledger"
     PrivacyLedger(pp.PrivacyBudget(EPS, DELTA).mu, ledger_path)
     args = dict(
