@@ -181,9 +181,13 @@ class SummedStatistics(RowStatistics):
         self._sizes: list[int] | None = None
 
     def _rows(self) -> list[int]:
-        if self._sizes is None:
-            self._sizes = [int(k) for k in self._ask("rows", ())]
-        return self._sizes
+        """The parts' sizes: kept only under substitute-one, where they are public."""
+        if self._sizes is not None:
+            return self._sizes
+        sizes = [int(k) for k in self._ask("rows", ())]
+        if self.neighbours is Neighbours.SUBSTITUTE:
+            self._sizes = sizes
+        return sizes
 
     def rows(self) -> int:
         return sum(self._rows())
