@@ -37,17 +37,7 @@ from pymc_penalty.privacy.precision import on_noise_grid  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
-    client = Client(cluster, set_as_default=False)
-    yield client
-    client.close()
-    cluster.close()
+client = table.shard_client  # the module's LocalCluster (2 workers)
 
 
 def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_driver(client):

@@ -41,17 +41,7 @@ pytestmark = pytest.mark.slow
 DRIVER_PID = table.DRIVER_PID
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
-    client = Client(cluster, set_as_default=False)
-    yield client
-    client.close()
-    cluster.close()
+client = table.shard_client  # the module's LocalCluster (2 workers)
 
 
 def scale_model(y: np.ndarray | None = None) -> pm.Model:
