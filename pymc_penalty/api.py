@@ -196,8 +196,10 @@ def sample(
         (``dp_warm_start_*``). ``"auto"``: 0.2 (also when the forecast is hopeless: the
         chains then at least start near the posterior; under add/remove-one its first step
         releases a noisy count of the rows, n being private); 0 with ``initvals`` or
-        ``owners``. ``warm_start=0`` opts out (the behaviour of earlier
-        releases: chains start at the model's initial point and adapt the full covariance).
+        ``owners``. With ``shards`` the warm start runs on the shards' summed statistics
+        (:func:`pymc_penalty.distributed.sample_sharded`). ``warm_start=0`` opts out (the
+        behaviour of earlier releases: chains start at the model's initial point and adapt
+        the full covariance).
     warm_start_clip : float, optional
         Clip of each per-datapoint log-likelihood gradient's length in the warm start, in the
         metric of the per-datapoint Fisher information it estimates (released, so public).
@@ -273,8 +275,9 @@ def sample(
     # The step's old keywords in `step_kwargs` into their groups (FutureWarning), once, here.
     step_kwargs = group_step_options(step_kwargs or {})
     model = pm.modelcontext(model)
-    parties = owners if shards is None else shards  # distributed: no warm start, no JAX
-    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, parties, neighbours)
+    parties = owners if shards is None else shards  # distributed: no JAX, no Taylor path
+    # Shards (one curator's table) get the warm start; several owners do not.
+    warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     method = resolve_method(
         method, warm_start, backend=backend, parties=parties, clip_mode=clip_mode
     )

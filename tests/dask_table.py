@@ -27,6 +27,21 @@ EPS, DELTA = 2000.0, 1e-5
 CLIP = 6.0  # |y - mu| < 6 for every row near the posterior: nothing is clipped, both exact
 
 
+@pytest.fixture(scope="module")
+def shard_client():
+    """A client of a LocalCluster of 2 worker processes (1 thread each), per test module (the
+    shards' tests: ``client = dask_table.shard_client`` there)."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    client = Client(cluster, set_as_default=False)
+    yield client
+    client.close()
+    cluster.close()
+
+
 def rows_of(seed: int) -> dict[str, np.ndarray]:
     """One party's rows: ``N_K`` draws of N(1, 1)."""
     return {"y": np.random.default_rng(seed).normal(1.0, 1.0, size=N_K)}

@@ -37,17 +37,7 @@ from pymc_penalty.privacy.precision import on_noise_grid  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
-    client = Client(cluster, set_as_default=False)
-    yield client
-    client.close()
-    cluster.close()
+client = table.shard_client  # the module's LocalCluster (2 workers)
 
 
 def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_driver(client):
@@ -58,8 +48,9 @@ def test_the_sharded_posterior_matches_in_process_and_no_row_array_reaches_the_d
     with table.replies_received(ShardPool) as replies:
         # Through pp.sample's hook: the same call as in-process, with the shards.
         dist = pp.sample(
-            shards=shards, cluster=client, model=normal_model(), random_seed=11, **kwargs
-        )
+            shards=shards, cluster=client, model=normal_model(), random_seed=11, warm_start=0,
+            **kwargs,
+        )  # fmt: skip
 
     # What the driver received from the shards: one float and one count per chain.
     sums = [r for r in replies if isinstance(r, dict) and "sums" in r]
@@ -239,8 +230,11 @@ def test_a_hung_worker_hits_the_timeout(client):
         ({"shards": []}, "`shards` must hold at least one loader"),
         ({"shards": ["table.csv"]}, r"`shards\[0\]` names a path that is not an .npz"),
         ({"shards": [3]}, r"`shards\[0\]` must be a callable"),
-        ({"clip": "auto"}, "`clip` must be a number with `shards`"),
-        ({"warm_start": 0.2}, "`warm_start` is not available with `shards`"),
+        ({"clip": "found"}, "`clip` must be a finite"),
+        ({"clip": "auto", "clip_count_share": 0.0}, "needs a positive `clip_count_share`"),
+        ({"warm_start": 1.5}, "warm_start"),
+        ({"warm_start_clip": -1.0}, "warm_start_clip"),
+        ({"warm_start_steps": 0}, "warm_start_steps"),
         ({"cores": 2}, r"\['cores'\] are pm.sample arguments"),
         ({"owners": ["x"]}, "not both"),
         ({"epsilon": -1.0}, "epsilon"),

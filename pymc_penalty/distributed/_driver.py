@@ -26,6 +26,7 @@ from pymc_penalty.privacy.mechanism import release_noise
 from pymc_penalty.results.publish import step_report as _step_report
 from pymc_penalty.sampling.adaptation import ProposalAdapter
 from pymc_penalty.sampling.adaptation.pending import PendingTuning
+from pymc_penalty.sampling.adaptation.state import adapt_found_clip, found_clip_adapter
 from pymc_penalty.sampling.kernel import (
     INFO_STATS,
     PenaltyState,
@@ -66,12 +67,19 @@ def run_chains(
     target_accept: float,
     adapt_window: int,
     party_stats: bool = True,
+    starts: np.ndarray | None = None,
+    found_clip: dict[str, Any] | None = None,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
 
     ``pool`` is an :class:`OwnerPool` or a :class:`~pymc_penalty.distributed.shards.ShardPool`
     (one party: the curator, whose noise the pool adds once). ``party_stats`` records each
     owner's and the outsider's ``mu`` per step (off for shards, where there are no parties).
+    ``starts`` (chains, d): each chain's first point (a warm start's), else ``x_init``.
+    ``found_clip`` (``clip="auto"``, :func:`~pymc_penalty.distributed._warm.found_clip_start`):
+    each chain's clip starts there and moves in tuning with the chain's released clipped
+    counts, as the penalty step's (``found_clip_adapter`` and ``adapt_found_clip`` of
+    :mod:`pymc_penalty.sampling.adaptation.state`), recorded per step as ``dp_clip``.
     """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
@@ -86,11 +94,35 @@ def run_chains(
     # Each chain's last tuning update, applied at the start of the next step if it tunes (as
     # PenaltyMetropolis does): the first draw uses the proposal the last tuning draw recorded.
     pending = [PendingTuning() for _ in range(chains)]
+    clips = np.full(chains, config.clip, dtype=np.float64)
+    found: list[Any] = []
+    if found_clip is not None:
+        clips[:] = float(found_clip["start"])
+        found = [
+            [found_clip_adapter(clips[c], found_clip["n_public"], adapt_window,
+                                bool(found_clip["probe"])), adapters[c].chol]
+            for c in range(chains)
+        ]  # fmt: skip
+
+    def tune_chain(
+        c: int, x: np.ndarray, accept: float, accepted: bool, count: tuple | None = None
+    ) -> None:
+        """A chain's held tuning update: its proposal, then its found clip (released
+        values only)."""
+        adapters[c].update(x, accept, accepted)
+        if count is not None and found:
+            found[c][1] = adapt_found_clip(found[c][0], *count, found[c][1], adapters[c].chol)
+            clips[c] = found[c][0].clip
+
     prior = _prior_fn(model, value_vars, model.initial_point())
-    xs = np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
+    xs = (
+        np.tile(np.asarray(x_init.data, dtype=np.float64), (chains, 1))
+        if starts is None
+        else np.array(starts, dtype=np.float64).reshape(chains, -1)
+    )
     logpriors = np.array([prior(x) for x in xs])
     trace = np.empty((chains, steps, xs.shape[1]))
-    names = ["scaling"]
+    names = ["scaling"] + (["dp_clip"] if found else [])
     if party_stats:
         names += [*(f"dp_mu_owner_{k}" for k in range(len(owner_mu))), "dp_mu_outsider"]
     stats = {name: np.zeros((chains, steps)) for name in names}
@@ -104,16 +136,19 @@ def run_chains(
         x1s = np.empty_like(xs)
         lengths = np.empty(chains)
         for c, adapter in enumerate(adapters):
-            pending[c].start_step(tuning, adapter.update)
+            pending[c].start_step(tuning, lambda *held, c=c: tune_chain(c, *held))
             x1s[c] = adapter.propose(rngs[c], xs[c])
             lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
         chain_noise = release_noise(
-            config.clip, config.clip_mode, config.neighbours, lengths, mu=step_mu
-        )
+            clips if found else config.clip, config.clip_mode, config.neighbours, lengths,
+            mu=step_mu,
+        )  # fmt: skip
         bounds = np.broadcast_to(chain_noise.bound, lengths.shape).astype(np.float64)
         delta = np.broadcast_to(chain_noise.sensitivity, lengths.shape)
         sigmas, count_sds, mu_out = owner_noise(bounds, config.neighbours, owner_mu, share)
         stats["scaling"][:, t] = [a.scaling for a in adapters]
+        if found:
+            stats["dp_clip"][:, t] = clips
         # The worst case of the step, committed before it is sent (a lost reply is counted).
         if t not in charged:
             if not config.ledger.try_spend(chains * step_mu**2):
@@ -156,7 +191,8 @@ def run_chains(
             xs[c], logpriors[c] = new.position, new.log_prior
             adapter.after_decision(info.accepted)
             if tuning:
-                pending[c].hold(xs[c].copy(), info.accept, info.accepted)
+                count = (clipped[c], float(count_sds[0])) if found else None
+                pending[c].hold(xs[c].copy(), info.accept, info.accepted, count)
             for name, value in info_stats(info).items():
                 stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)

@@ -4,7 +4,9 @@
 :func:`~pymc_penalty.distributed.sample_sharded` (one curator's table in shards) share: check
 the arguments and open the ledger (:func:`~pymc_penalty.distributed._setup.prepare_run`),
 refuse a resume that does not match, calibrate the run's ``mu`` and draw its seed, start the
-pool (or take the caller's, with step ids of its own), journal the run, run the lockstep loop
+pool (or take the caller's, with step ids of its own), run the private warm start where the
+party has one (its share and the chains' ``mu`` fixed before anything is spent), journal the
+run with the warm start's public result, run the lockstep loop
 (:func:`~pymc_penalty.distributed._driver.run_chains`). The sampler then finalizes the result
 itself, with :func:`~pymc_penalty.results.publish.finalize_result` as :func:`pymc_penalty.sample`
 does: the report's convergence warning points two frames up, at the line that called the
@@ -21,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import arviz as az
+import numpy as np
 
 from pymc_penalty.distributed._driver import run_chains
 from pymc_penalty.distributed._setup import Run, prepare_run
+from pymc_penalty.distributed._warm import split_mu
 from pymc_penalty.distributed.pool import ActorPool
 from pymc_penalty.privacy.budget import available_mu, calibrate
 
@@ -100,6 +104,24 @@ class Party(ABC):
     def report(self, pool: ActorPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
         """The report's entries of the parties (``idata.attrs``), read while ``pool`` runs."""
 
+    def warm_share(self, args: Mapping[str, Any]) -> float:
+        """The share of the ledger's ``mu^2`` a private warm start spends (0: none)."""
+        return 0.0
+
+    def warm_start(
+        self, pool: ActorPool, r: Run, args: Mapping[str, Any], mu: float, seed: int
+    ) -> dict[str, Any]:  # pragma: no cover - only parties with a warm share run one
+        """Run the private warm start on ``mu``; returns what the run journal keeps of it
+        (:func:`~pymc_penalty.distributed._warm.warm_header`)."""
+        raise NotImplementedError
+
+    def found_clip(
+        self, pool: ActorPool, r: Run, args: Mapping[str, Any], warm: dict[str, Any] | None
+    ) -> dict[str, Any]:  # pragma: no cover - only parties that take clip="auto"
+        """The found clip's start (``clip="auto"``), as the run journal keeps it
+        (:func:`~pymc_penalty.distributed._warm.found_clip_start`)."""
+        raise NotImplementedError
+
 
 def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run, dict[str, Any]]:
     """Run the penalty chain through ``party``'s pool; ``args`` holds the sampler's arguments
@@ -112,12 +134,22 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
             raise ValueError(party.resume_mismatch)
         if r.resumed.get("plan") != plan:
             raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
+    share = party.warm_share(args)
+    if r.resumed is not None:
+        if float((r.resumed.get("warm_start") or {}).get("share", 0.0)) != share:
+            raise ValueError("`warm_start` differs from the run being resumed.")
+        if ("found_clip" in r.resumed) != r.config.clip_auto:
+            raise ValueError("`clip` ('auto' or a number) differs from the run being resumed.")
     party.check(r)
     if r.resumed is None:
+        # The warm start's mu and the chains' are fixed here, before anything is spent.
+        warm_mu, chains_mu = split_mu(available_mu(r.ledger), share)
+        auto = r.config.clip_auto  # a found clip: its start is not known yet (no warning)
         mu = calibrate(
-            available_mu(r.ledger),
+            chains_mu,
             r.plan,
-            clip=float(args["clip"]),
+            clip=1.0 if auto else float(args["clip"]),
+            warn_below=0.0 if auto else 0.05,
             clip_mode=r.clip_mode,
             neighbours=r.neighbours,
             clip_count_share=r.share,
@@ -139,14 +171,23 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
                 party.argument: party.identity(),
                 "plan": plan,
             }
+            if share > 0:  # released once: a resume reads it from the journal
+                header["warm_start"] = party.warm_start(pool, r, args, warm_mu, seed)
+            if r.config.clip_auto:  # the found clip's start (public), kept for a resume
+                header["found_clip"] = party.found_clip(pool, r, args, header.get("warm_start"))
             r.journal.add(header)
         else:
             header = r.resumed
+        warm, found = header.get("warm_start"), header.get("found_clip")
+        S = r.S if warm is None else np.asarray(warm["S"], dtype=np.float64)
+        if found is not None and found.get("S") is not None:
+            S = np.asarray(found["S"], dtype=np.float64)
+        starts = None if warm is None else np.asarray(warm["starts"], dtype=np.float64)
         idata = run_chains(
             pool, r.config, r.journal, header, r.plan, r.share, r.model, r.value_vars,
-            r.x_init, r.S, scaling=float(args["scaling"]), adapt=args["adapt"],
+            r.x_init, S, scaling=float(args["scaling"]), adapt=args["adapt"],
             target_accept=float(args["target_accept"]), adapt_window=r.adapt_window,
-            party_stats=party.party_stats,
+            party_stats=party.party_stats, starts=starts, found_clip=found,
         )  # fmt: skip
         extra = party.report(pool, idata, r)
     finally:

@@ -45,10 +45,13 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 
+from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import OwnerSideError
 from pymc_penalty.model.likelihood import PenaltyLikelihood
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
+from pymc_penalty.warmstart import per_datapoint_gradients
+from pymc_penalty.warmstart.statistics import STATISTICS, RowGradients
 
 __all__ = [
     "OwnerService",
@@ -437,6 +440,7 @@ class ShardService(RowsService):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._computed: dict[tuple[str, int], int] = {}
+        self._warm: RowGradients | None = None  # the warm start's sums over these rows
 
     def partial_sums(
         self, run: str, step: int, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
@@ -453,3 +457,30 @@ class ShardService(RowsService):
     def computed(self) -> dict[str, int]:
         """How many times each step id was computed here, ``{"run/step": times}``."""
         return {f"{run}/{step}": k for (run, step), k in self._computed.items()}
+
+    def warm_statistic(self, name: str, args: tuple, neighbours: str) -> Any:
+        """One of the warm start's exact sums over this shard's rows, for the driver's
+        :class:`~pymc_penalty.warmstart.statistics.SummedStatistics` (which has charged the
+        release it feeds before it asks, and adds the noise to the shards' total).
+
+        ``name`` is one of :data:`~pymc_penalty.warmstart.statistics.STATISTICS` (with its
+        arguments after the point: a ``(d, d)`` matrix, a ``(d,)`` vector or a number comes
+        back), ``"rows"`` (this shard's row count: one integer) or ``"forget"`` (drop the
+        per-row gradients kept for the last point). Per-row gradients are the in-process
+        warm start's (:func:`~pymc_penalty.warmstart.per_datapoint_gradients`), its pairs
+        formed within this shard; they never leave it."""
+        relation = Neighbours.parse(neighbours)
+        if self._warm is None or self._warm.neighbours is not relation:
+            lik, n = self._lik, self._n
+            self._warm = RowGradients(lambda at: per_datapoint_gradients(lik, at, n), n, relation)
+        if name == "rows":
+            return int(self._n)
+        if name == "forget":
+            self._warm.forget()
+            return None
+        if name not in STATISTICS:
+            raise OwnerSideError(f"Shard {self.name!r}: no warm-start statistic {name!r}.")
+        x = np.array(args[0], dtype=np.float64, order="C")  # own, writeable copies
+        rest = [None if a is None else np.array(a, dtype=np.float64) for a in args[1:]]
+        rest = [float(a) if a is not None and a.ndim == 0 else a for a in rest]
+        return np.asarray(getattr(self._warm, name)(x, *rest), dtype=np.float64)

@@ -38,6 +38,8 @@ class RunConfig:
     clip_mode: ClipMode
     _model: pm.Model
     private: bool = True
+    #: The clip constant is found in tuning (``clip="auto"``: per chain, ``dp_clip``).
+    clip_auto: bool = False
 
 
 def owner_noise(
@@ -142,8 +144,8 @@ def check_args(
     scaling: float,
     target_accept: float,
 ) -> None:
-    if not _positive_number(clip):
-        raise ValueError("`clip` must be a finite positive number, in (0, inf).")
+    if not (_positive_number(clip) or (isinstance(clip, str) and clip == "auto")):
+        raise ValueError("`clip` must be a finite positive number, in (0, inf), or 'auto'.")
     if not _positive_number(scaling):
         raise ValueError("`scaling` must be a finite positive number, in (0, inf).")
     if not (isinstance(target_accept, int | float) and 0.0 < target_accept < 1.0):
@@ -221,7 +223,12 @@ def prepare_run(
     if run is not None and run not in journal.runs:
         raise ValueError(f"`run`={run!r} is not in the journal of `ledger_path`: no run to resume.")
     resumed = journal.runs.get(run) if run is not None else None
-    config = RunConfig(budget, ledger, relation, float(clip), mode, model)
+    auto = isinstance(clip, str)  # "auto": found in tuning (shards only; owners refuse it)
+    if auto and float(clip_count_share) <= 0.0:
+        raise ValueError("`clip='auto'` needs a positive `clip_count_share` (its counts).")
+    config = RunConfig(
+        budget, ledger, relation, math.nan if auto else float(clip), mode, model, clip_auto=auto
+    )
     return Run(
         model, budget, plan, window, relation, mode, float(clip_count_share), value_vars, point,
         x_init, S, ledger, journal, resumed, config,

@@ -135,6 +135,8 @@ def sample(
     ValueError
         Bad arguments, before anything is spent.
     """
+    if isinstance(clip, str):  # before anything is opened, started or spent
+        raise ValueError("`clip` must be a finite positive number with several owners.")
     idata, r, extra = drive(_Owners(owners), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
 
@@ -239,6 +241,8 @@ _STEP_KWARGS = (
     "tune_interval",
     "compile_kwargs",
 )
+#: pp.sample's warm-start arguments, which carry over to shards (refused with owners).
+_WARM_START = ("warm_start", "warm_start_clip", "warm_start_steps")
 #: pp.sample's own arguments at their defaults (anything else is refused with owners).
 _DEFAULTS = {
     "warm_start": 0.0,
@@ -273,8 +277,12 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
     if party == "shards" and args.get("owners") is not None:
         raise ValueError("Give `owners` (several parties) or `shards` (one curator), not both.")
     carried = tuple(party if k == "owners" else k for k in _CARRIED)
+    if party == "shards":  # the private warm start runs on the shards' summed statistics
+        carried += _WARM_START
     kwargs = {k: args[k] for k in carried if k in args}
     for name, default in _DEFAULTS.items():
+        if name in carried:
+            continue
         if args.get(name, default) != default:
             raise ValueError(f"`{name}` is not available with `{party}` (distributed sampling).")
     step_kwargs = _flat_proposal(args.get("step_kwargs") or {})
@@ -290,10 +298,10 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
             f"{sorted(rest)} are pm.sample arguments, not available with `{party}`; "
             "see pymc_penalty.distributed."
         )
-    if isinstance(kwargs.get("clip"), str):
+    if party == "owners" and isinstance(kwargs.get("clip"), str):
         raise ValueError(
-            f"`clip` must be a number with `{party}`: clip='auto' (pp.sample's default) is not "
-            "available in distributed sampling yet; give a finite positive clip (and clip_mode)."
+            "`clip` must be a number with `owners`: clip='auto' (pp.sample's default) is not "
+            "available with several owners yet; give a finite positive clip (and clip_mode)."
         )
     if party == "shards":
         from pymc_penalty.distributed.sharded import sample_sharded

@@ -1,6 +1,9 @@
 """The penalty chain of one curator's table sharded over Dask workers (:func:`sample_sharded`).
 
-The same chain as :func:`pymc_penalty.sample` on the concatenated table: per step the driver
+The same chain as :func:`pymc_penalty.sample` on the concatenated table, after the same
+private warm start where one is asked for (:mod:`pymc_penalty.distributed._warm`: each shard
+returns only its sums over its rows, the driver charges each release first and adds one
+noise): per step the driver
 draws every chain's proposal, charges its ledger ``chains * mu^2`` *before* asking the
 shards, receives their exact clipped partial sums (one float and one count per chain and
 shard), adds one noise draw per release (:class:`~pymc_penalty.distributed.shards.ShardPool`)
@@ -21,6 +24,7 @@ loading, with messages that name the array only.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -29,10 +33,17 @@ import arviz as az
 import cloudpickle
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection
 
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._run import Party, drive
 from pymc_penalty.distributed._setup import Run
+from pymc_penalty.distributed._warm import (
+    found_clip_start,
+    sharded_warm_start,
+    warm_header,
+    warm_report,
+)
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT
 from pymc_penalty.distributed.shards import (
     ShardPool,
@@ -40,8 +51,12 @@ from pymc_penalty.distributed.shards import (
     shard_loaders,
     shard_names,
 )
+from pymc_penalty.errors import ShardError
 from pymc_penalty.model.checks import check_min_rows, n_datapoints, validate_model
 from pymc_penalty.results.publish import finalize_result
+from pymc_penalty.sampling.adaptation import RW_SCALE
+from pymc_penalty.validation import check_share, check_warm_start_arguments
+from pymc_penalty.warmstart import WARM_START_STEPS
 
 __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
 
@@ -118,12 +133,12 @@ def sample_sharded(
     cluster: Any = None,
     neighbours: str = "substitute",
     min_rows: int | None = None,
-    clip: float = 1.0,
+    clip: float | str = 1.0,
     clip_mode: str = "distance",
     clip_count_share: float = 0.05,
     S: np.ndarray | None = None,
-    scaling: float = 1.0,
-    adapt: str = "full",
+    scaling: float | None = None,
+    adapt: str | None = None,
     target_accept: float = 0.234,
     adapt_window: int | None = None,
     tune_interval: int | None = None,
@@ -133,6 +148,9 @@ def sample_sharded(
     timeout: float = DEFAULT_TIMEOUT,
     compile_kwargs: dict[str, Any] | None = None,
     pool: ShardPool | None = None,
+    warm_start: float = 0.0,
+    warm_start_clip: float | None = None,
+    warm_start_steps: int = WARM_START_STEPS,
 ) -> az.InferenceData:
     """Sample one curator's table sharded over Dask workers, with one noise draw per release.
 
@@ -155,13 +173,30 @@ def sample_sharded(
         As in ``pm.sample``; every tuning step of every chain is a release.
     model : pm.Model, optional
         The model with placeholder ``pm.Data`` containers (the right columns, one row): it
-        travels without rows. All chains start at its initial point.
+        travels without rows. Without a warm start all chains start at its initial point.
     cluster : None, str or distributed.Client
         ``None`` starts a ``LocalCluster`` (one worker process per shard, at most one per
         CPU); a scheduler address (``"tcp://host:8786"``) or a ``Client`` uses that cluster.
-    neighbours, clip, clip_mode, clip_count_share, S, scaling, adapt, target_accept
-        As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals). ``clip`` must be a
-        number: the found clip (``"auto"``) and the warm start are not available here yet.
+    neighbours, clip_mode, clip_count_share, target_accept
+        As :class:`~pymc_penalty.PenaltyMetropolis` (block proposals).
+    clip : float or "auto", default 1.0
+        The clip constant, or ``"auto"``: each chain's clip is found in tuning from its
+        released noisy clipped counts, by the penalty step's rule
+        (:class:`~pymc_penalty.sampling.adaptation.ClipAdapter`), aiming at a fraction of the
+        shards' total row count under substitute-one (public there) and at one clipped row
+        per release under add/remove-one; it starts as :func:`pymc_penalty.sample`'s does
+        (after a warm start at the Gaussian tail in its metric, raised by its found clip, and
+        from its released count under add/remove-one). Per chain and step in
+        ``sample_stats["dp_clip"]``; the start is journaled with the run.
+    S : ndarray, optional
+        The proposal's sds ``(d,)`` or covariance ``(d, d)``; by default the warm start's
+        estimated covariance, or ones without a warm start.
+    scaling : float, optional
+        The proposal's starting scale: ``2.38 / sqrt(d)`` after a warm start whose
+        covariance is the metric, else 1.
+    adapt : {"full", "diag", "scaling", "none"}, optional
+        What tuning adapts: ``"scaling"`` after a warm start whose covariance is the metric
+        (as :func:`pymc_penalty.sample`), else ``"full"``.
     min_rows : int, optional
         Under add/remove-one neighbours, where it is required, a public lower bound (``>= 2``)
         on the number of rows of the whole table, fixed without looking at it: the model
@@ -186,22 +221,48 @@ def sample_sharded(
         Passed to each shard's compiled likelihood.
     pool : ShardPool, optional
         A pool already started for these shards and this model (not closed here).
+    warm_start : float, default 0
+        Share, in ``[0, 1)``, of the ledger's remaining ``mu^2`` spent on the private warm
+        start before the chains (:func:`pymc_penalty.warmstart.private_warm_start`'s
+        releases, each shard returning only its sums over its rows, pairs formed within the
+        shard; one noise per release at the driver, charged to its ledger before any shard is
+        asked; see docs/distributed.md). The chains are calibrated to the rest; each starts
+        at its own centred draw of the warm start's Gaussian approximation. The warm start's
+        public result is journaled with the run, so a resumed run reuses it (nothing of it is
+        released again); a run stopped during its warm start cannot be resumed.
+        ``pymc_penalty.sample(shards=...)`` passes its own (``"auto"``: 0.2).
+    warm_start_clip : float, optional
+        The warm start's gradient clip in its metric; found from its noisy counts by default.
+    warm_start_steps : int, default 12
+        The warm start's Fisher-scoring steps.
 
     Returns
     -------
     InferenceData
         Posterior (tuning draws in ``warmup_*`` groups) and the privacy report in ``attrs``
-        (``dp_shards``: the number of shards; ``dp_run_id``).
+        (``dp_shards``: the number of shards; ``dp_run_id``; ``dp_warm_start_share``,
+        ``dp_warm_start_mu``, ``dp_warm_start_releases``).
 
     Raises
     ------
     DistributedSamplingError
         A shard was lost, hung or failed mid-run; names the shard and what the ledger
         committed; its ``run`` resumes the run.
+    ShardError
+        A shard was lost, hung or failed during the warm start (the run cannot be resumed).
     ValueError
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
     min_rows = check_min_rows(min_rows)  # before anything is opened, started or spent
+    check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
+    warm_start = check_share("warm_start", warm_start)  # a number ("auto" is pp.sample's)
+    # After a warm start the chains keep its metric and adapt their scaling only, from the
+    # random-walk scale (as pymc_penalty.sample's); without one, the full covariance from 1.
+    if adapt is None:
+        adapt = "scaling" if warm_start > 0 and S is None else "full"
+    if scaling is None:
+        d = DictToArrayBijection.map(pm.modelcontext(model).initial_point()).data.size
+        scaling = RW_SCALE / math.sqrt(d) if warm_start > 0 and S is None else 1.0
     idata, r, extra = drive(_Shards(shard_loaders(shards), min_rows), locals())
     return finalize_result(idata, r.config, callback=None, model=r.model, extra=extra)
 
@@ -242,8 +303,43 @@ class _Shards(Party):
     def release_mu(self, pool: ShardPool, mu: float, r: Run, args: Mapping[str, Any]) -> list:
         return [mu]
 
+    def warm_share(self, args: Mapping[str, Any]) -> float:
+        return float(args["warm_start"])
+
+    def warm_start(
+        self, pool: ShardPool, r: Run, args: Mapping[str, Any], mu: float, seed: int
+    ) -> dict[str, Any]:
+        """The private warm start on the shards (:func:`sharded_warm_start`), as the run
+        journal keeps it (:func:`warm_header`)."""
+        clip = args["warm_start_clip"]
+        try:
+            warm = sharded_warm_start(
+                pool,
+                r,
+                mu=mu,
+                clip="auto" if clip is None else float(clip),
+                steps=int(args["warm_start_steps"]),
+            )
+        except ShardError as exc:
+            spent = r.budget.epsilon_spent(math.sqrt(r.ledger.spent_mu2))
+            raise ShardError(
+                f"{exc} The warm start of run {pool.run!r} stopped before the run was "
+                f"journaled (the driver's ledger has committed epsilon = {spent:.4g} of "
+                f"{r.budget.epsilon:g}): it cannot be resumed; a new run releases its warm "
+                "start anew, charged again."
+            ) from None
+        self.header = warm_header(warm, r, float(args["warm_start"]), seed, args["S"])
+        return self.header
+
+    def found_clip(
+        self, pool: ShardPool, r: Run, args: Mapping[str, Any], warm: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The chains' found clip's start (:func:`found_clip_start`)."""
+        return found_clip_start(pool, r, warm, args["S"])
+
     def report(self, pool: ShardPool, idata: az.InferenceData, r: Run) -> dict[str, Any]:
         out: dict[str, Any] = {"dp_shards": len(self.names), "dp_run_id": pool.run}
+        out.update(warm_report(r.resumed or {"warm_start": getattr(self, "header", None)}))
         if r.neighbours is Neighbours.ADD_REMOVE and self.min_rows is not None:
             out["dp_min_rows"] = int(self.min_rows)  # the public bound the gate used
         return out

@@ -31,11 +31,13 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
+from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._service import ShardService, digest, keyed_noise, load_secret
 from pymc_penalty.distributed._setup import Journal
 from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool, ActorSpec
 from pymc_penalty.errors import ShardError
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
+from pymc_penalty.warmstart.statistics import SummedStatistics
 
 __all__ = ["ShardPool", "driver_secret", "shard_loaders", "shard_names"]
 
@@ -277,6 +279,42 @@ class ShardPool(ActorPool):
             z = noise.standard_normal()
             counts[c] = snap_count(counts[c] + count_sd * z) if np.isfinite(count_sd) else np.nan
         return sums[None, :], counts[None, :]
+
+    def warm_statistics(self, neighbours: Neighbours, d: int) -> SummedStatistics:
+        """The private warm start's reads of the whole table: every shard's exact sums
+        (:meth:`~pymc_penalty.distributed._service.ShardService.warm_statistic`, pairs within
+        the shard), added here for :func:`~pymc_penalty.warmstart.warm_start_on`, which
+        charges the driver's ledger for each release before it asks and adds one noise to the
+        total. A shard's reply is a ``(d, d)`` matrix, a ``(d,)`` vector or a number, whatever
+        its rows; any other reply stops the run (:class:`ShardError`).
+
+        Parameters
+        ----------
+        neighbours : Neighbours
+        d : int
+            The number of parameters.
+
+        Returns
+        -------
+        SummedStatistics
+        """
+        shapes = {"rows": (), "outer": (d, d), "log_scale": (), "gradient": (d,), "count": ()}
+
+        def ask(name: str, args: tuple) -> list:
+            what = f"compute the warm start's {name.replace('_', ' ')}"
+            replies = list(
+                self._ask_all(
+                    what, lambda _, actor: actor.warm_statistic(name, args, neighbours.value)
+                )
+            )
+            if name == "forget":
+                return [None for _ in replies]
+            for shard, reply in replies:
+                if np.shape(reply) != shapes[name]:
+                    raise ShardError(f"Shard {shard!r} replied with a malformed warm-start sum.")
+            return [reply for _, reply in replies]
+
+        return SummedStatistics(ask, len(self.names), neighbours)
 
     def computed(self) -> dict[str, dict[str, int]]:
         """Per shard, how many times its worker computed each step id (a measurement of

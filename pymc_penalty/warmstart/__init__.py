@@ -109,8 +109,10 @@ from pymc_penalty.warmstart.scoring import (
     warm_start_clips,
     warm_start_schedule,
 )
+from pymc_penalty.warmstart.statistics import RowGradients, RowStatistics
 
 __all__ = [
+    "LogPrior",
     "WarmStartTarget",
     "prepare_warm_start",
     "WARM_START_STEPS",
@@ -118,9 +120,11 @@ __all__ = [
     "WarmStart",
     "WarmStartRefused",
     "fisher_scoring",
+    "per_datapoint_gradients",
     "private_warm_start",
     "split_point",
     "warm_start_clips",
+    "warm_start_on",
     "warm_start_schedule",
 ]
 
@@ -178,7 +182,7 @@ class WarmStart:
     n_rows: float = math.nan
 
 
-class _Prior:
+class LogPrior:
     """Compiled log prior (with Jacobians), its gradient and Hessian on the raveled space."""
 
     def __init__(self, model: pm.Model, value_vars: list, point: dict[str, np.ndarray]) -> None:
@@ -200,7 +204,7 @@ class _Prior:
         return float(self._fn(np.asarray(x, dtype=self.dtype))[2])
 
 
-def _per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:
+def per_datapoint_gradients(lik: PenaltyLikelihood, x: np.ndarray, n: int) -> np.ndarray:
     """Central finite differences of the per-datapoint log-likelihood: shape (n, d); rows
     that are not finite are set to zero (they then add nothing but stay bounded)."""
     h_rel = np.finfo(lik.input_dtype).eps ** (1.0 / 3.0)
@@ -259,7 +263,7 @@ class WarmStartTarget:
     value_vars: list
     n: int
     likelihood: PenaltyLikelihood
-    prior: _Prior
+    prior: LogPrior
 
 
 def prepare_warm_start(
@@ -289,7 +293,7 @@ def prepare_warm_start(
         value_vars=value_vars,
         n=n,
         likelihood=PenaltyLikelihood(model, value_vars, point, compile_kwargs),
-        prior=_Prior(model, value_vars, point),
+        prior=LogPrior(model, value_vars, point),
     )
 
 
@@ -378,10 +382,38 @@ def private_warm_start(
             "`target` was prepared for another model, neighbour relation or `min_rows`: pass "
             "the same ones to prepare_warm_start."
         )
-    point, value_vars, n = target.point, target.value_vars, target.n
-    lik, prior = target.likelihood, target.prior
-    x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)
+    point, value_vars, n, lik = target.point, target.value_vars, target.n, target.likelihood
+    data = RowGradients(lambda at: per_datapoint_gradients(lik, at, n), n, relation)
+    return warm_start_on(
+        data, model, value_vars, point, target.prior,
+        mu=mu, ledger=ledger, clip=clip, steps=steps, noise=noise,
+    )  # fmt: skip
 
+
+def warm_start_on(
+    data: RowStatistics,
+    model: pm.Model,
+    value_vars: list,
+    point: dict[str, np.ndarray],
+    prior: Any,
+    *,
+    mu: float,
+    ledger: Any,
+    clip: float | str,
+    steps: int,
+    noise: np.random.Generator,
+) -> WarmStart:
+    """The private warm start on the rows that ``data`` reads (checked arguments): Fisher
+    scoring from the model's point ``point`` with every release committed to ``ledger``
+    before ``data`` is read, then its result as a :class:`WarmStart`.
+
+    :func:`private_warm_start` reads the rows of ``model`` in this process
+    (:class:`~pymc_penalty.warmstart.statistics.RowGradients`); a sharded table sums its
+    shards' statistics (:class:`~pymc_penalty.warmstart.statistics.SummedStatistics`,
+    :func:`pymc_penalty.distributed.sample_sharded`). ``prior`` is the compiled log prior
+    (``prior(x) -> (gradient, Hessian)``, no data), ``model`` gives the transformed
+    coordinates (structure only)."""
+    x = np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)
     spent = GDPAccountant()  # what this warm start committed, release by release
 
     def commit(release_mu: float) -> None:
@@ -392,12 +424,12 @@ def private_warm_start(
         spent.spend(release_mu)
 
     scoring = fisher_scoring(
-        lambda at: _per_datapoint_gradients(lik, at, n),
+        data,
         prior,
         x,
-        n,
+        None,
         schedule=warm_start_schedule(float(mu), int(steps)),
-        neighbours=relation,
+        neighbours=data.neighbours,
         clip=clip,
         noise=noise,
         commit=commit,

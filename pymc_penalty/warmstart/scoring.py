@@ -1,8 +1,10 @@
 """The private warm start's arithmetic (pure NumPy): its budget schedule, its clips and the
 Fisher-scoring loop on released statistics.
 
-:func:`fisher_scoring` takes the per-datapoint gradients as a function and the ledger's
-``commit`` as a callback, so it touches no model: :func:`pymc_penalty.warmstart.private_warm_start`
+:func:`fisher_scoring` reads the data only through a
+:class:`~pymc_penalty.warmstart.statistics.RowStatistics` (four sums of per-row terms at a
+point; per-row gradients as a function are wrapped in one) and takes the ledger's ``commit``
+as a callback, so it touches no model: :func:`pymc_penalty.warmstart.private_warm_start`
 is the PyMC adapter around it (see that module's docstring for the mechanism and the figures
 measured). The statistics and their sensitivities are in :mod:`pymc_penalty.warmstart.releases`.
 """
@@ -26,15 +28,11 @@ from pymc_penalty.sampling.adaptation.clip import (
 )
 from pymc_penalty.warmstart.releases import (
     LOG_CLIP,
-    clipped_count,
-    clipped_whitened,
     gradient_sensitivity,
     log_scale_sensitivity,
-    log_scale_sum,
     outer_sensitivity,
-    pair_differences,
-    pair_outer_sum,
 )
+from pymc_penalty.warmstart.statistics import RowGradients, RowStatistics
 
 __all__ = [
     "WARM_START_STEPS",
@@ -363,10 +361,10 @@ def warm_start_clips(clip: float | str, d: int) -> tuple[float, float]:
 
 
 def fisher_scoring(
-    row_grads: Callable[[np.ndarray], np.ndarray],
+    row_grads: Callable[[np.ndarray], np.ndarray] | RowStatistics,
     prior: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
     x: np.ndarray,
-    n: int,
+    n: int | None,
     *,
     schedule: list[tuple[float, float]],
     neighbours: Neighbours,
@@ -391,16 +389,21 @@ def fisher_scoring(
 
     Parameters
     ----------
-    row_grads : callable
+    row_grads : callable or RowStatistics
         ``row_grads(x) -> (n, d)`` per-datapoint gradients at ``x``, every row finite (a data
-        access).
+        access), or the data's sums directly
+        (:class:`~pymc_penalty.warmstart.statistics.RowStatistics`: the only way the loop reads
+        the data; a callable is wrapped in a
+        :class:`~pymc_penalty.warmstart.statistics.RowGradients`, which computes the gradients
+        once per step and drops them after the step's releases).
     prior : callable
         ``prior(x) -> (gradient, Hessian)`` of the log prior (no data).
     x : ndarray, shape (d,)
         Data-independent start.
-    n : int
+    n : int or None
         Number of rows (used as such only under substitute-one, where it is public; under
-        add/remove-one a noisy count is released).
+        add/remove-one a noisy count is released). With a ``RowStatistics`` it is ignored:
+        its :meth:`~pymc_penalty.warmstart.statistics.RowStatistics.rows` says it.
     schedule : list of (float, float)
         :func:`warm_start_schedule`.
     neighbours : Neighbours
@@ -466,8 +469,16 @@ def fisher_scoring(
     found = isinstance(clip, str)  # "auto": the clip moves with the released counts
     clips, fraction = [c_grad], None
     adds = neighbours is Neighbours.ADD_REMOVE
+    data = (
+        row_grads
+        if isinstance(row_grads, RowStatistics)
+        else RowGradients(row_grads, int(n), neighbours)
+    )
+    if data.neighbours is not neighbours:
+        raise ValueError("`row_grads` forms its pairs for another neighbour relation.")
     sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))
-    n_hat, chol = float(n), None
+    # n is public under substitute-one; under add/remove-one only its noisy count is used.
+    n_hat, chol = (math.nan if adds else float(data.rows())), None
     step = last_slope = x_prev = precision = None
     travel = c_grad  # this step's gradient clip: c_grad, or larger while far from the mode
     travelled: dict[int, float] = {}
@@ -502,25 +513,22 @@ def fisher_scoring(
         for release_mu in (*mu_parts, mu_grad, mu_count):  # this step's releases, before data
             if release_mu > 0:
                 commit(release_mu)
-        grads = row_grads(x)
-        diffs = pair_differences(grads, neighbours)
+        # The data are read from here on, through `data` only (charged above).
         if pilot:
             pool = []  # a pilot's metric is not pooled with later releases
             if adds and k == 0:  # n is private under add/remove-one: a noisy count (sensitivity 1)
-                n_hat = max(snap_count(n + noise.standard_normal() / mu_parts[2]), 2.0)
-            pairs = n_hat - 1.0 if adds else float(diffs.shape[0])
+                n_hat = max(snap_count(data.rows() + noise.standard_normal() / mu_parts[2]), 2.0)
             sd = outer_sensitivity(None, neighbours) / mu_parts[0]
             base = chol if k else None
-            shape = _floor_eigenvalues(
-                _release_outer(pair_outer_sum(diffs, base, None), sd, noise), sd
-            )
+            shape = _floor_eigenvalues(_release_outer(data.outer(x, base, None), sd, noise), sd)
+            pairs = data.pairs(n_hat)
             shape /= np.trace(shape)
             shape_chol = np.linalg.cholesky(shape)
             if k:
                 shape_chol = chol @ shape_chol
                 shape = shape_chol @ shape_chol.T
             sd = log_scale_sensitivity(neighbours) / mu_parts[1]
-            mean_log = gaussian_release(log_scale_sum(diffs, shape_chol), sd, noise) / pairs
+            mean_log = gaussian_release(data.log_scale(x, shape_chol), sd, noise) / pairs
             # A Gaussian difference with covariance s * shape has E log(|w|^2/d) =
             # log s + digamma(d/2) + log(2/d); the difference's covariance is twice F's.
             # Each row's log length is clipped to [-LOG_CLIP, LOG_CLIP], so the true mean is
@@ -531,7 +539,7 @@ def fisher_scoring(
             fisher = _PILOT_SAFETY * 0.5 * math.exp(log_s) * shape
         else:
             sd = outer_sensitivity(c_diff, neighbours) / mu_curv
-            white = _release_outer(pair_outer_sum(diffs, chol, c_diff), sd, noise)
+            white = _release_outer(data.outer(x, chol, c_diff), sd, noise)
             # Per pair: an estimate of the per-datapoint Fisher information, pooled with the
             # releases before it since the last pilot, then floored in this metric.
             release = _Release(chol @ white @ chol.T / (2.0 * pairs), sd / (2.0 * pairs), chol)
@@ -543,17 +551,16 @@ def fisher_scoring(
         if used > c_grad:
             travelled[k] = used
         sd = gradient_sensitivity(used, neighbours) / mu_grad
-        white_sum = clipped_whitened(grads, new_chol, used).sum(axis=0)
-        released_sum = gaussian_release(white_sum, sd, noise)  # on its grid
+        released_sum = gaussian_release(data.gradient(x, new_chol, used), sd, noise)  # its grid
         if mu_count > 0:
             # The clipped count, sensitivity 1 and noise sd 1 / mu (as the sampler's), of the
             # rows centred on their released mean: away from the mode the rows' common mean
             # would otherwise pass for a heavy tail.
             centre = released_sum / n_hat
             count_sd = 1.0 / mu_count
-            count = clipped_count(grads, new_chol, c_grad, centre)
+            count = data.count(x, new_chol, c_grad, centre)
             count = snap_count(count + count_sd * noise.standard_normal())  # its grid
-        del grads, diffs  # exact per-datapoint values: not kept past the releases
+        data.forget()  # exact per-datapoint values: not kept past the releases
         if mu_count > 0:  # the next step's clip, from released values only (never the true n)
             fraction, se = count / n_hat, count_sd / n_hat
             near = float(np.linalg.norm(centre)) <= _NEAR_MODE

@@ -30,6 +30,8 @@ from pymc_penalty.sampling.setup import check_proposal_shape
 
 __all__ = [
     "ClippedPenaltyState",
+    "adapt_found_clip",
+    "found_clip_adapter",
     "PenaltyMetropolisState",
     "TuningMixin",
     "progressbar_config",
@@ -78,6 +80,46 @@ def starting_proposal(
     return S, None if clip is None else float(clip)
 
 
+def found_clip_adapter(
+    clip: float, n_public: int | None, adapt_window: int, probe: bool = True
+) -> ClipAdapter:
+    """The adapter of a found clip (``clip="auto"``) starting at ``clip``: short fixed
+    windows of half the proposal's adaptation window (each change of the proposal's metric
+    restarts one), aiming at :func:`~pymc_penalty.sampling.adaptation.clip_target_fraction`
+    of the public ``n`` (None under add/remove-one), probing down from its start unless
+    ``probe`` is False. The penalty step and the sharded driver
+    (:mod:`pymc_penalty.distributed`) both build theirs here."""
+    return ClipAdapter.create(
+        clip,
+        n_public,
+        math.inf,
+        max(adapt_window // 2, 1),
+        target_fraction=clip_target_fraction(n_public),
+        growth=1,
+        probe=probe,
+    )
+
+
+def adapt_found_clip(
+    clip_adapter: ClipAdapter,
+    clipped_count: float,
+    count_sd: float,
+    clip_chol: np.ndarray,
+    chol: np.ndarray,
+) -> np.ndarray:
+    """Move a found clip from one released (noisy) clipped count, then follow the proposal's
+    metric when its Cholesky factor ``chol`` was re-estimated since ``clip_chol`` (a row's
+    ratio per whitened step scales with the factor's geometric mean). Post-processing of
+    released values only. Returns the factor the clip now follows."""
+    clip_adapter.update(clipped_count, count_sd)
+    if chol is not clip_chol:
+        d = chol.shape[0]
+        old = float(np.log(np.abs(np.diag(clip_chol))).sum())
+        new = float(np.log(np.abs(np.diag(chol))).sum())
+        clip_adapter.rescale(math.exp((new - old) / d))
+    return chol
+
+
 class TuningMixin:
     """Tuning of a penalty step (see the module docstring); the step sets ``clip``,
     ``clip_auto`` and ``tune`` and calls :meth:`_init_tuning` in its constructor."""
@@ -111,15 +153,7 @@ class TuningMixin:
         self._untuned_adapter = deepcopy(adapter)
         self.clip_adapter: ClipAdapter | None = None
         if self.clip_auto and tune:
-            self.clip_adapter = ClipAdapter.create(
-                self.clip,
-                n_public,
-                math.inf,
-                max(adapt_window // 2, 1),
-                target_fraction=clip_target_fraction(n_public),
-                growth=1,  # short fixed windows; each change of the proposal's metric restarts one
-                probe=clip_probe,
-            )
+            self.clip_adapter = found_clip_adapter(self.clip, n_public, adapt_window, clip_probe)
         self._untuned_clip_adapter = deepcopy(self.clip_adapter)
         self._clip_chol = adapter.chol
         # The last step's tuning update, applied at the start of the next step if it tunes.
@@ -142,16 +176,10 @@ class TuningMixin:
         """Tuning: move the clip from the released (noisy) count, then follow the proposal's
         metric when its Cholesky factor was re-estimated (a row's ratio per whitened step
         scales with the factor's geometric mean). Post-processing of released values only."""
-        clip_adapter = self.clip_adapter
-        clip_adapter.update(clipped_count, count_sd)
-        chol = self.adapter.chol
-        if chol is not self._clip_chol:
-            d = chol.shape[0]
-            old = float(np.log(np.abs(np.diag(self._clip_chol))).sum())
-            new = float(np.log(np.abs(np.diag(chol))).sum())
-            clip_adapter.rescale(math.exp((new - old) / d))
-            self._clip_chol = chol
-        self.clip = clip_adapter.clip
+        self._clip_chol = adapt_found_clip(
+            self.clip_adapter, clipped_count, count_sd, self._clip_chol, self.adapter.chol
+        )
+        self.clip = self.clip_adapter.clip
 
     def reset_tuning(self) -> None:
         """Restore the proposal and, with ``clip="auto"``, the clip to their untuned state."""

@@ -1,0 +1,154 @@
+"""What a sharded run settles before its chains: the private warm start
+(:func:`sharded_warm_start`) and the found clip's start (:func:`found_clip_start`), each as
+the run journal keeps it (:func:`warm_header`), so a resumed run reuses them instead of
+releasing anything again.
+
+The warm start is the in-process one (:func:`~pymc_penalty.warmstart.warm_start_on`, the same
+Fisher scoring on the same released statistics), reading the table through
+:meth:`~pymc_penalty.distributed.shards.ShardPool.warm_statistics`: each release is committed
+to the driver's ledger before any shard is asked, every shard returns its exact sums (pairs
+formed within the shard) and the driver adds one noise to their total, calibrated for the
+whole table (one row sits in one shard: the sensitivities of
+:mod:`~pymc_penalty.warmstart.releases` hold for the total). Under add/remove-one the first
+step's noisy count of the rows is the shards' counts summed plus one noise, and the pair
+terms are estimated from it and the public number of shards; under substitute-one the
+shards' row counts are public (the relation keeps every shard's size) and give the pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pymc_penalty.accounting.sensitivity import Neighbours
+from pymc_penalty.distributed._setup import Run
+from pymc_penalty.distributed.shards import ShardPool
+from pymc_penalty.planning.plan import chain_starts, clip_tail, positive_definite
+from pymc_penalty.sampling.adaptation.state import starting_proposal
+from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
+
+__all__ = ["found_clip_start", "sharded_warm_start", "warm_header", "warm_report"]
+
+
+def sharded_warm_start(
+    pool: ShardPool,
+    r: Run,
+    *,
+    mu: float,
+    clip: float | str,
+    steps: int,
+    noise_rng: np.random.Generator | None = None,
+) -> WarmStart:
+    """The private warm start on the table of ``pool``'s shards, spending ``mu`` from the
+    run's ledger (its unused reservation returned after it, also when it stops).
+
+    Parameters
+    ----------
+    pool : ShardPool
+        The started shards.
+    r : Run
+        The run (its model, relation and ledger).
+    mu : float
+        Gaussian-DP ``mu`` of all the warm start's releases.
+    clip : float or "auto"
+        The warm start's gradient clip (:func:`~pymc_penalty.warmstart.warm_start_clips`).
+    steps : int
+        Fisher-scoring steps.
+    noise_rng : numpy.random.Generator, optional
+        Source of the privacy noise; fresh from OS entropy by default (a seeded one only for
+        reproducible, non-private comparisons).
+
+    Returns
+    -------
+    WarmStart
+    """
+    data = pool.warm_statistics(r.neighbours, int(r.x_init.data.size))
+    prior = LogPrior(r.model, r.value_vars, r.point)
+    noise = np.random.default_rng() if noise_rng is None else noise_rng
+    try:
+        return warm_start_on(
+            data, r.model, r.value_vars, r.point, prior,
+            mu=float(mu), ledger=r.ledger, clip=clip, steps=int(steps), noise=noise,
+        )  # fmt: skip
+    finally:
+        r.ledger.release_unused()
+
+
+def warm_header(
+    warm: WarmStart, r: Run, share: float, seed: int, S: np.ndarray | None
+) -> dict[str, Any]:
+    """What the run journal keeps of a warm start (public post-processing of its releases):
+    its share, ``mu`` and release count (for the report), each chain's start and the
+    proposal metric ``S``.
+
+    Each chain starts at a draw of the warm start's Gaussian approximation, the draws centred
+    on its point (:func:`~pymc_penalty.planning.plan.chain_starts`, seeded by the run's
+    ``seed``); ``S`` is the caller's, or the warm start's covariance when none was given.
+    """
+    starts = chain_starts(warm, r.plan.chains, seed)
+    xs = [
+        np.concatenate([np.ravel(start[v.name]) for v in r.value_vars]).astype(float).tolist()
+        for start in starts
+    ]
+    metric = positive_definite(warm.covariance) if S is None else np.asarray(S, dtype=float)
+    header = {
+        "share": float(share),
+        "mu": float(warm.mu),
+        "releases": int(warm.releases),
+        "starts": xs,
+        "S": metric.tolist(),
+        # The chains' found clip starts higher on heavier tails (released values only).
+        "clip_tail": float(clip_tail(warm)),
+    }
+    if r.neighbours is Neighbours.ADD_REMOVE:  # its released (noisy) count of the rows
+        header["n_rows"] = float(warm.n_rows)
+    return header
+
+
+def found_clip_start(
+    pool: ShardPool, r: Run, warm: dict[str, Any] | None, S: np.ndarray | None
+) -> dict[str, Any]:
+    """The start of the chains' found clip (``clip="auto"``), as the run journal keeps it,
+    by :func:`pymc_penalty.sample`'s rules (public values only).
+
+    The row count it aims with is ``n`` under substitute-one (the shards' sizes, public
+    there); under add/remove-one the clip aims at one clipped row per release and starts from
+    the warm start's released count (or from no count without one). After a warm start, or
+    with ``S`` given, the metric is taken for the posterior's shape and the clip starts at its
+    Gaussian tail times the warm start's ``clip_tail`` and never probes down; otherwise it
+    probes from :func:`~pymc_penalty.sampling.adaptation.starting_clip` with the proposal's
+    sds at :func:`~pymc_penalty.sampling.adaptation.starting_sd` (``S``)."""
+    adds = r.neighbours is Neighbours.ADD_REMOVE
+    size = int(r.x_init.data.size)
+    n_public = None if adds else int(pool.warm_statistics(r.neighbours, size).rows())
+    start_rows = n_public if not adds else (None if warm is None else warm.get("n_rows"))
+    shaped = warm is not None or S is not None
+    given = np.asarray(warm["S"]) if warm is not None else S
+    metric, clip = starting_proposal(
+        given, size, "auto", start_rows, 1.0 if warm is None else float(warm["clip_tail"])
+    )
+    return {
+        "start": float(clip),
+        "n_public": n_public,
+        "probe": not shaped,
+        "S": None if shaped else np.asarray(metric, dtype=float).tolist(),
+    }
+
+
+def warm_report(header: dict[str, Any]) -> dict[str, Any]:
+    """The report's ``dp_warm_start_*`` keys from a run's journaled warm start (zeros
+    without one), as :func:`pymc_penalty.sample` reports its own."""
+    warm = header.get("warm_start") or {}
+    return {
+        "dp_warm_start_share": float(warm.get("share", 0.0)),
+        "dp_warm_start_mu": float(warm.get("mu", 0.0)),
+        "dp_warm_start_releases": int(warm.get("releases", 0)),
+    }
+
+
+def split_mu(available: float, share: float) -> tuple[float, float]:
+    """``(warm start's mu, chains' mu)`` of what the ledger has left, ``share`` of its
+    ``mu^2`` to the warm start (fixed before anything is spent)."""
+    return available * math.sqrt(share), available * math.sqrt(1.0 - share)
