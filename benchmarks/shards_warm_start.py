@@ -17,7 +17,7 @@ the two then differ only in the float order of the sums. Under add/remove-one th
 the shards' boundary is missing and the pair count is ``n_hat - 2``.
 
 Run ``python benchmarks/shards_warm_start.py [--n 2e4] [--mu 1.0] [--seeds 2]
-[--neighbours substitute]`` from the repository root. The last line is
+[--neighbours substitute] [--quick]`` from the repository root. The last line is
 ``RESULT {"rows": [{n, seed, in_process_s, sharded_s, ratio, rms_sd, max_sd}]}``.
 """
 
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mu", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--neighbours", default="substitute")
+    parser.add_argument("--quick", action="store_true", help="n = 4000, one seed (for CI)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.seeds = [4000.0], 1
     adds = args.neighbours == "add_remove"
     dask_common.print_provenance(__file__, sys.argv[1:] if argv is None else argv)
     dask_common.quiet_logs()

@@ -313,6 +313,17 @@ def check_shards(res: dict) -> None:
     )
 
 
+def check_shards_warm_start(res: dict) -> None:
+    rows = res["rows"]
+    assert rows
+    for r in rows:
+        assert _positive(r["in_process_s"]) and _positive(r["sharded_s"])
+        assert r["ratio"] == pytest.approx(r["sharded_s"] / r["in_process_s"], rel=0.05)
+        # Substitute-one, even halves: the shards' pairs are the whole table's, so the two
+        # warm starts differ only in the float order of their sums.
+        assert 0.0 <= r["rms_sd"] <= r["max_sd"] < 1e-3
+
+
 def check_model_suite(res: dict) -> None:
     import csv
 
@@ -396,6 +407,7 @@ CHECKS = {
     "expfam": check_expfam,
     "owners": check_owners,
     "shards": check_shards,
+    "shards_warm_start": check_shards_warm_start,
     "recycling": check_recycling,
     "speed": check_speed,
     "warm_start_error": check_warm_start_error,
