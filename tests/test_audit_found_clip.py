@@ -28,7 +28,7 @@ import pytest
 
 from pymc_penalty import InvalidArgumentError
 from pymc_penalty import audit as pa
-from pymc_penalty.warmstart import scoring as warmstart_scoring
+from pymc_penalty.warmstart import statistics as warmstart_statistics
 
 #: Rows of the data set: bounded, so that no row is clipped where the metric is right.
 Y_UNIFORM = np.random.default_rng(3).uniform(-1.0, 1.0, size=2000)
@@ -82,12 +82,12 @@ def test_found_clip_without_count_noise_is_caught(monkeypatch):
     """BROKEN on purpose: the clipped count multiplied by 1e6 before its noise is added, so
     the noise (sized for a count of sensitivity 1) is as good as removed; the claim is
     unchanged. The audit must see the added row through the released fraction or the clip."""
-    honest = warmstart_scoring.clipped_count
+    honest = warmstart_statistics.clipped_count  # the count the warm start's data interface uses
 
     def loud(*args, **kwargs):
         return honest(*args, **kwargs) * 1e6
 
-    monkeypatch.setattr(warmstart_scoring, "clipped_count", loud)
+    monkeypatch.setattr(warmstart_statistics, "clipped_count", loud)
     result = _audit("BROKEN: count noise removed")
     print(f"\n{result}")
     assert result.exceeds_claim, str(result)
