@@ -503,7 +503,7 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
             **warm_start_report(warm, share),
             **(screen_report(screen) if budgeted else {}),
             **(taylor.report() if taylor is not None else {"dp_method": "penalty"}),
-            "dp_moves_per_draw": (self.plan.moves_per_draw or 1) if self.plan else 1,
+            "dp_moves_per_draw": self.plan.draw_moves if self.plan else 1,
         }
 
     @staticmethod

@@ -68,10 +68,15 @@ class RunPlan:
         return plan_releases(self.draws, self.tune, self.chains)
 
     @property
+    def draw_moves(self) -> int:
+        """Moves behind each draw after tuning: ``moves_per_draw``, ``None`` being 1."""
+        return int(self.moves_per_draw or 1)
+
+    @property
     def moves(self) -> int:
         """Moves the whole run makes, each a release of the calibrated ``mu`` (a draw of
-        ``moves_per_draw`` moves costs that many)."""
-        return plan_releases(self.draws * (self.moves_per_draw or 1), self.tune, self.chains)
+        :attr:`draw_moves` moves costs that many)."""
+        return plan_releases(self.draws * self.draw_moves, self.tune, self.chains)
 
 
 def calibrate(

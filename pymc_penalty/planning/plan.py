@@ -274,7 +274,7 @@ def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:
     return {
         "dp_tune": int(plan.tune),
         "dp_tuning_mu": float(mu * math.sqrt(plan.tune * plan.chains)),
-        "dp_draws_mu": float(mu * math.sqrt(plan.draws * (plan.moves_per_draw or 1) * plan.chains)),
+        "dp_draws_mu": float(mu * math.sqrt(plan.draws * plan.draw_moves * plan.chains)),
     }
 
 

@@ -506,7 +506,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         calibrated as one move each, also where the step's adaptation is off)."""
         if self.plan is None or self.tune or self._chain_releases < self.plan.tune:
             return 1
-        return self.plan.moves_per_draw or 1
+        return self.plan.draw_moves
 
     def _free_moves(self, x: np.ndarray) -> np.ndarray:
         """:attr:`free_moves` random-walk Metropolis moves of the coordinates no row reads,
