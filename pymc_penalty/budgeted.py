@@ -34,6 +34,7 @@ from pymc_penalty.planning.plan import (
     resolve_method,
     resolve_tune,
     resolve_warm_start,
+    warm_start_report,
     warm_step_kwargs,
 )
 from pymc_penalty.planning.taylor_forecast import start_offset
@@ -309,15 +310,6 @@ def taylor_step_settings(
         clip = dataclasses.replace(clip, value=taylor.residual_clip)
     kwargs["clip"] = clip
     return taylor, kwargs
-
-
-def warm_start_report(warm: WarmStart | None, share: float) -> dict[str, Any]:
-    """The report's ``dp_warm_start_*`` keys (zeros without a warm start)."""
-    return {
-        "dp_warm_start_share": float(share) if warm is not None else 0.0,
-        "dp_warm_start_mu": warm.mu if warm is not None else 0.0,
-        "dp_warm_start_releases": warm.releases if warm is not None else 0,
-    }
 
 
 #: The low-level step's arguments (its groups included), which the budgeted step passes on.

@@ -18,6 +18,7 @@ shards' row counts are public (the relation keeps every shard's size) and give t
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,12 @@ import numpy as np
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._setup import Run
 from pymc_penalty.distributed.shards import ShardPool
-from pymc_penalty.planning.plan import chain_starts, clip_tail, positive_definite
+from pymc_penalty.planning.plan import (
+    chain_starts,
+    clip_tail,
+    positive_definite,
+    warm_start_report,
+)
 from pymc_penalty.sampling.adaptation.state import starting_proposal
 from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
 
@@ -140,12 +146,11 @@ def found_clip_start(
 def warm_report(header: dict[str, Any]) -> dict[str, Any]:
     """The report's ``dp_warm_start_*`` keys from a run's journaled warm start (zeros
     without one), as :func:`pymc_penalty.sample` reports its own."""
-    warm = header.get("warm_start") or {}
-    return {
-        "dp_warm_start_share": float(warm.get("share", 0.0)),
-        "dp_warm_start_mu": float(warm.get("mu", 0.0)),
-        "dp_warm_start_releases": int(warm.get("releases", 0)),
-    }
+    warm = header.get("warm_start")
+    if not warm:
+        return warm_start_report(None, 0.0)
+    kept = SimpleNamespace(mu=warm["mu"], releases=warm["releases"])
+    return warm_start_report(kept, warm["share"])
 
 
 def split_mu(available: float, share: float) -> tuple[float, float]:

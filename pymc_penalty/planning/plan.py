@@ -33,6 +33,7 @@ __all__ = [
     "resolve_method",
     "resolve_tune",
     "resolve_warm_start",
+    "warm_start_report",
     "warm_step_kwargs",
 ]
 
@@ -264,6 +265,17 @@ def chain_starts(warm: WarmStart, chains: int, random_seed: Any) -> list[dict[st
     else:
         offsets[:] = 0.0
     return [split_point(warm.point + root @ z, warm.initvals) for z in offsets]
+
+
+def warm_start_report(warm: Any, share: float) -> dict[str, Any]:
+    """The report's ``dp_warm_start_*`` keys from a warm start's ``mu`` and ``releases``
+    (a :class:`~pymc_penalty.warmstart.WarmStart`, or what a run journal kept of one), zeros
+    without one."""
+    return {
+        "dp_warm_start_share": float(share) if warm is not None else 0.0,
+        "dp_warm_start_mu": float(warm.mu) if warm is not None else 0.0,
+        "dp_warm_start_releases": int(warm.releases) if warm is not None else 0,
+    }
 
 
 def phase_report(step: PenaltyMetropolis, plan: RunPlan) -> dict[str, Any]:
