@@ -25,6 +25,7 @@ Methods (a registry: :func:`register_method` adds one by name):
   (``random_seed``, ``cores=1`` and ``progressbar=False`` aside; ``method="auto"``, the
   Taylor path on these models, since 2026-11-27; before, the plain penalty walk);
 - ``taylor``: the same with ``method="taylor"`` (the Taylor control-variate path);
+- ``taylor_add_remove``: ``taylor`` under add/remove-one neighbours;
 - ``taylor_one_stage``: ``taylor`` with the one-shot's single expansion (for comparison);
 - ``penalty``: the same with ``method="penalty"`` (the plain penalty walk);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
@@ -51,8 +52,10 @@ The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chai
   one-shot release, :mod:`pymc_penalty.planning.taylor_forecast`); ``forecast_ratio`` the
   geometric mean over runs of forecast / realised, ``forecast_ratio_min`` / ``_max`` its
   range (per run, the CSV also keeps the Taylor path's ``noise_sd``, the residual noise sd
-  at a typical move, and ``start_offset``, the chains' start over the released mode search's
-  reach: at 1 the search stopped on its bound).
+  at a typical move, ``start_offset``, the chains' start over the released mode search's
+  reach: at 1 the search stopped on its bound, and ``noise_sd_g`` / ``clip_g``, the one-shot
+  gradient sum's noise sd in the released whitening, about the error of the means it causes
+  in posterior sds, and its clip).
 
 Parameters are compared in the constrained space (``sigma``, ``tau`` as sampled). One row per
 run goes to a CSV (``--csv``; ``benchmarks/results/model_suite.csv`` by default, a temporary
@@ -294,6 +297,10 @@ def _private_info(idata) -> dict[str, Any]:
         "forecast_verdict": str(attrs.get("dp_forecast_verdict", "")),
         "noise_sd": float(attrs.get("dp_taylor_noise_sd", math.nan)),
         "start_offset": float(attrs.get("dp_taylor_start_offset", math.nan)),
+        # The one-shot's G noise sd (whitened at the released covariance: about the error of
+        # the means it causes, in posterior sd) and its gradient clip.
+        "noise_sd_g": float(attrs.get("dp_taylor_noise_sd_g", math.nan)),
+        "clip_g": float(attrs.get("dp_taylor_clip_g", math.nan)),
         "chains": int(idata.posterior.sizes["chain"]),
         "draws": int(idata.posterior.sizes["draw"]),
     }
@@ -313,14 +320,14 @@ def run_pp_sample(ds: Dataset, epsilon: float, seed: int, quick: bool):
     return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
 
 
-def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str):
+def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str, **kwargs: Any):
     import pymc_penalty as pp
 
     model = build_model(ds)
     extra = {"draws": QUICK_DRAWS} if quick else {}
     idata = pp.sample(
         epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
-        progressbar=False, method=method, **extra,
+        progressbar=False, method=method, **extra, **kwargs,
     )  # fmt: skip
     return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
 
@@ -329,6 +336,17 @@ def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str
 def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``pp.sample(epsilon=, delta=, method="taylor")``, otherwise as ``pp_sample``."""
     return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
+@register_method("taylor_add_remove")
+def run_taylor_add_remove(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` under add/remove-one neighbours (``neighbours="add_remove"``): one row moves
+    the one-shot's sums half as far as under substitute-one, at the cost of a released count.
+    ``min_rows``, the public lower bound on the rows it requires, is a tenth of the design's n
+    (fixed by the simulation's design, not read from the table)."""
+    return _run_method(
+        ds, epsilon, seed, quick, "taylor", neighbours="add_remove", min_rows=max(2, ds.n // 10)
+    )
 
 
 @register_method("taylor_one_stage")
@@ -757,8 +775,8 @@ edge is not a measured miss.
 CSV_FIELDS = (
     "model", "n", "epsilon", "method", "dataset", "err_rms", "err_max", "sd_ratio",
     "sd_ratio_min", "covered", "n_covered", "verdict", "eps_spent", "r_hat_max",
-    "ess_bulk_min", "forecast_ess", "forecast_verdict", "noise_sd", "start_offset", "chains",
-    "draws", "wall_s", "error",
+    "ess_bulk_min", "forecast_ess", "forecast_verdict", "noise_sd", "start_offset", "noise_sd_g",
+    "clip_g", "chains", "draws", "wall_s", "error",
 )  # fmt: skip
 
 
