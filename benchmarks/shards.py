@@ -13,6 +13,9 @@ shard, where the rows cost nearly nothing.
 Memory: the driver's peak resident set (``ru_maxrss``) is read after the sharded runs and
 before any in-process table exists (imports included; ``driver_import_mb`` is the peak after
 the imports alone); each worker's peak is read on the worker. The in-process runs come last.
+The peak never falls, so ``driver_peak_mb_by_n``, read after the round trip's runs (key
+``2000``) and after each n's sharded runs, shows whether the driver grows with n:
+``driver_growth_mb`` is its last value less its first.
 
 Extrapolation (on paper): a step of C chains on 1e9 rows over 64 workers costs about
 ``C * per_row * 1e9 / 64 + round_trip``, with ``per_row`` the in-process cost per row and
@@ -23,8 +26,8 @@ Run ``python benchmarks/shards.py [--quick] [--n 1e5 1e6] [--chains 16] [--steps
 the repository root. ``--quick``: n = 2e4, 4 chains (about a minute). The full run: n = 1e5
 and 1e6, 16 chains. The last line is
 ``RESULT {"rows": [{n, chains, config, ms_per_step, ratio}], "driver_peak_mb",
-"driver_import_mb",
-"worker_peak_mb", "round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
+"driver_import_mb", "driver_peak_mb_by_n", "driver_growth_mb", "worker_peak_mb",
+"round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     rows, worker_peak = [], 0.0
     round_trip, _ = sharded_ms(2 * 1000, 2, chains, steps)
     print(f"round trip (2 workers, 1e3 rows each, {chains} chains): {round_trip:.2f} ms/step")
+    peak_by_n = {2000: _max_rss_mb()}
     for n in sizes:
         for workers in (1, 2):
             ms, peaks = sharded_ms(n, workers, chains, steps)
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
                 {"n": n, "chains": chains, "config": f"{workers}_workers", "ms_per_step": ms}
             )
             print(f"n={n:.0e} {workers} worker(s): {ms:9.2f} ms/step", flush=True)
+        peak_by_n[n] = _max_rss_mb()
+        print(f"driver peak after n={n:.0e}: {peak_by_n[n]:.0f} MB", flush=True)
     driver_peak = _max_rss_mb()  # before any in-process table exists
     per_row_us = 0.0
     for n in sizes:
@@ -136,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
         "driver_peak_mb": driver_peak,
         "driver_import_mb": driver_import,
+        "driver_peak_mb_by_n": peak_by_n,
+        "driver_growth_mb": peak_by_n[sizes[-1]] - peak_by_n[2000],
         "worker_peak_mb": worker_peak,
         "round_trip_ms": round_trip,
         "per_row_us": per_row_us,

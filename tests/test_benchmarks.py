@@ -303,6 +303,15 @@ def check_shards(res: dict) -> None:
         assert r["ratio"] == pytest.approx(r["ms_per_step"] / base)
     assert all(_positive(res[k]) for k in ("driver_peak_mb", "worker_peak_mb", "round_trip_ms"))
     assert res["driver_import_mb"] <= res["driver_peak_mb"]
+    # The driver's peak after the round trip and after each n (JSON keys are strings); a peak
+    # never falls, and the growth is the last less the first.
+    by_n = res["driver_peak_mb_by_n"]
+    sizes = sorted({r["n"] for r in rows})
+    assert list(by_n) == ["2000", *(str(n) for n in sizes)]
+    peaks = list(by_n.values())
+    assert all(a <= b for a, b in zip(peaks, peaks[1:], strict=False))
+    assert res["driver_growth_mb"] == pytest.approx(by_n[str(sizes[-1])] - by_n["2000"])
+    assert by_n[str(sizes[-1])] <= res["driver_peak_mb"]
     # The extrapolation follows from the measured per-row cost and round trip.
     chains, top = rows[0]["chains"], max(r["n"] for r in rows)
     inproc = next(r for r in rows if r["n"] == top and r["config"] == "in_process")
