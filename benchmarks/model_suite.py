@@ -566,10 +566,20 @@ def summarise(rows: list[dict]) -> list[dict]:
                 else math.nan,
                 eps_spent=float(np.mean([r.get("eps_spent", math.nan) for r in ok])),
                 wall_s=float(np.mean([r["wall_s"] for r in ok])),
+                noise_g=_rms_of(ok, "noise_sd_g"),
                 **_ess_figures(ok),
             )
         out.append(line)
     return out
+
+
+def _rms_of(rows: list[dict], key: str) -> float:
+    """RMS over the runs of ``key`` (NaN where a run has none: another method, an older CSV).
+
+    For ``noise_sd_g`` this is the error of the means that the one-shot's ``G`` noise alone
+    would give, in posterior sds, to set beside the cell's RMS error."""
+    v = np.array([math.nan if r.get(key) is None else r[key] for r in rows], dtype=float)
+    return float(np.sqrt(np.mean(v**2))) if np.isfinite(v).all() else math.nan
 
 
 def _ess_figures(rows: list[dict]) -> dict[str, float]:
@@ -605,22 +615,22 @@ def table(cells: list[dict]) -> str:
     """The cells as a Markdown table."""
     head = (
         "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
-        "| sd ratio (min) "
+        "| one-shot G noise (sd) | sd ratio (min) "
         "| 90% coverage | converged | bulk ESS min (forecast) | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
         data = f"{c['datasets']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
         lines.append(
             f"| {c['model']} | {_n_label(c['n'])} | {eps} | {c['method']} | {data} "
-            f"| {_fmt(c['rms'])} | {_fmt(c['median'])} "
+            f"| {_fmt(c['rms'])} | {_fmt(c['median'])} | {_fmt(c['noise_g'])} "
             f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
             f"| {_fmt(c['ess'], 0)} ({_fmt(c['forecast_ess'], 0)}) "

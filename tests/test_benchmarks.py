@@ -337,16 +337,23 @@ def check_model_suite(res: dict) -> None:
     import csv
 
     cells = {c["method"]: c for c in res["cells"]}
-    expected = {"nuts", "pp_sample", "step", "nss", "taylor", "taylor_one_stage", "penalty"}
+    expected = {
+        "nuts", "pp_sample", "step", "nss", "taylor", "taylor_add_remove", "taylor_one_stage",
+        "penalty",
+    }  # fmt: skip
     assert set(cells) == expected and res["errors"] == 0, cells
     for c in cells.values():
         # Quick mode: one linear data set, n = 2000, epsilon 6 (4 parameters, all covered).
         assert (c["model"], c["n"], c["datasets"], c["failed"]) == ("linear", 2000, 1, 0), c
         assert 0.0 <= c["coverage"] <= 1.0 and c["sd_ratio_min"] <= c["sd_ratio"], c
     assert cells["nuts"]["rms"] == 0.0 and cells["nuts"]["sd_ratio"] == pytest.approx(1.0)
-    for method in ("pp_sample", "step", "taylor", "penalty"):  # verdict read; spend capped
+    for method in ("pp_sample", "step", "taylor", "taylor_add_remove", "penalty"):
         assert 0.0 <= cells[method]["converged"] <= 1.0
-        assert 0.0 < cells[method]["eps_spent"] <= 6.0 * (1 + 1e-9)
+        assert 0.0 < cells[method]["eps_spent"] <= 6.0 * (1 + 1e-9)  # verdict read; capped
+    # The Taylor path's one-shot G noise is read from its report; other methods have none.
+    for method in ("taylor", "taylor_add_remove"):
+        assert _positive(cells[method]["noise_g"]), cells[method]
+    assert math.isnan(cells["penalty"]["noise_g"]) and math.isnan(cells["nuts"]["noise_g"])
     # The one-shot release spends the whole budget once; it has no chain to judge.
     assert cells["nss"]["eps_spent"] == 6.0 and math.isnan(cells["nss"]["converged"])
     # pp.sample lands within a few NUTS sd at epsilon 6 (one unseeded run: a wide bound; from
