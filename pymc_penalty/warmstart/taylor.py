@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ __all__ = [
     "taylor_moves_per_draw",
     "taylor_oneshot",
     "taylor_oneshot_on",
+    "two_stage_oneshot",
 ]
 
 #: Share of what the screen and the warm start leave (``mu^2``) spent on the one-shot
@@ -261,6 +263,44 @@ def far_from_expansion(model: TaylorModel, covariance: np.ndarray) -> bool:
         return True
     lam = np.linalg.eigvalsh(inner)
     return bool(lam.min() < FAR_SCALE**-2 or lam.max() > FAR_SCALE**2)
+
+
+def two_stage_oneshot(
+    oneshot: Callable[..., TaylorModel],
+    warm: WarmStart,
+    oneshot_mu2: float,
+    first_stage: float = TAYLOR_FIRST_STAGE,
+) -> tuple[TaylorModel, WarmStart]:
+    """The one-shot in two stages (docs/algorithm.md, "Two stages"): the released model, its
+    ``mu`` and release count covering both, and the expansion its second stage used.
+
+    ``oneshot(warm, mu=..., **stage)`` is one stage (:func:`taylor_oneshot` on the rows, with
+    the caller's ledger and noise; ``stage``: its ``previous``, ``residual``, ``clip_mu`` and
+    ``shares``). The first spends ``first_stage`` (:data:`TAYLOR_FIRST_STAGE`) of
+    ``oneshot_mu2`` at the warm start; the second the rest, at the first's released mode and
+    covariance where they are far from the warm start's (:func:`far_from_expansion`), else at
+    the same point and clips, combined with the first.
+    """
+    first = oneshot(
+        warm,
+        mu=math.sqrt(oneshot_mu2 * first_stage),
+        residual=False,
+        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
+        shares=FIRST_STAGE_SHARES,
+    )
+    rest = math.sqrt(oneshot_mu2 * (1.0 - first_stage))
+    if far_from_expansion(first, warm.covariance):  # expand again where the first points
+        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
+        second = oneshot(expand_at, mu=rest)
+    else:  # the same sums again, combined with the first's
+        expand_at = warm
+        second = oneshot(warm, mu=rest, previous=first)
+    both = dataclasses.replace(
+        second,
+        mu=math.sqrt(first.mu**2 + second.mu**2),
+        releases=first.releases + second.releases,
+    )
+    return both, expand_at
 
 
 def taylor_oneshot(
