@@ -52,6 +52,7 @@ from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
 from pymc_penalty.warmstart import per_datapoint_gradients
 from pymc_penalty.warmstart.statistics import STATISTICS, RowGradients
+from pymc_penalty.warmstart.taylor_terms import TAYLOR_STATISTICS, Expansion, RowTaylorTerms
 
 __all__ = [
     "OwnerService",
@@ -441,6 +442,7 @@ class ShardService(RowsService):
         super().__init__(*args, **kwargs)
         self._computed: dict[tuple[str, int], int] = {}
         self._warm: RowGradients | None = None  # the warm start's sums over these rows
+        self._taylor: RowTaylorTerms | None = None  # the Taylor one-shot's
 
     def partial_sums(
         self, run: str, step: int, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
@@ -484,3 +486,42 @@ class ShardService(RowsService):
         rest = [None if a is None else np.array(a, dtype=np.float64) for a in args[1:]]
         rest = [float(a) if a is not None and a.ndim == 0 else a for a in rest]
         return np.asarray(getattr(self._warm, name)(x, *rest), dtype=np.float64)
+
+    def taylor_statistic(self, name: str, args: tuple) -> Any:
+        """One of the Taylor one-shot's exact sums over this shard's rows, for the driver's
+        :class:`~pymc_penalty.warmstart.taylor_terms.SummedTaylorTerms` (which has charged
+        the release it feeds before it asks, and adds the noise to the shards' total).
+
+        ``name`` is one of :data:`~pymc_penalty.warmstart.taylor_terms.TAYLOR_STATISTICS`
+        (histogram counts of public length, or the clipped sums ``G`` and ``H`` packed: at
+        most ``k + k (k + 1) / 2`` values) or ``"forget"``. The rows' Taylor terms are the
+        in-process one-shot's (:class:`~pymc_penalty.warmstart.taylor_terms.RowTaylorTerms`),
+        clipped here, row by row, before they are summed; they never leave this shard (the
+        clipped coefficients are kept here for the chains' residuals)."""
+        if self._taylor is None:
+            self._taylor = RowTaylorTerms(self._lik, self._n)
+        if name == "forget":
+            self._taylor.forget()
+            return None
+        if name not in TAYLOR_STATISTICS:
+            raise OwnerSideError(f"Shard {self.name!r}: no Taylor statistic {name!r}.")
+        return np.asarray(getattr(self._taylor, name)(*_owned(args)), dtype=np.float64)
+
+
+def _owned(value: Any) -> Any:
+    """Own, writeable, aligned copies of the arrays in a message's arguments (arrays
+    deserialised from a message may be views of a read-only buffer, which the compiled
+    function refuses); an :class:`Expansion` stays one."""
+    if isinstance(value, Expansion):
+        t, L, index, order = value
+        return Expansion(
+            np.array(t, dtype=np.float64, order="C"),
+            np.array(L, dtype=np.float64, order="C"),
+            np.array(index, dtype=np.int64),
+            int(order),
+        )
+    if isinstance(value, tuple | list):
+        return type(value)(_owned(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return np.array(value, dtype=value.dtype, order="C")
+    return value

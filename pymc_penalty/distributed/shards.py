@@ -38,6 +38,7 @@ from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool, ActorSpec
 from pymc_penalty.errors import ShardError
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
 from pymc_penalty.warmstart.statistics import SummedStatistics
+from pymc_penalty.warmstart.taylor_terms import SummedTaylorTerms
 
 __all__ = ["ShardPool", "driver_secret", "shard_loaders", "shard_names"]
 
@@ -315,6 +316,39 @@ class ShardPool(ActorPool):
             return [reply for _, reply in replies]
 
         return SummedStatistics(ask, len(self.names), neighbours)
+
+    def taylor_statistics(self) -> SummedTaylorTerms:
+        """The Taylor one-shot's reads of the whole table: every shard's exact sums
+        (:meth:`~pymc_penalty.distributed._service.ShardService.taylor_statistic`), added
+        here for :func:`~pymc_penalty.warmstart.taylor.taylor_oneshot_on`, which charges the
+        driver's ledger for each release before it asks and adds one noise to the total. A
+        shard's reply is a histogram of the public edges' length or the ``k`` or
+        ``k + k (k + 1) / 2`` packed clipped sums, whatever its rows; any other reply stops
+        the run (:class:`ShardError`).
+
+        Returns
+        -------
+        SummedTaylorTerms
+        """
+
+        def shape(name: str, args: tuple) -> tuple[int]:
+            if name == "clipped_sums":
+                e = args[0]
+                k = int(np.shape(e.L)[0])
+                return (k + k * (k + 1) // 2,) if e.order == 2 else (k,)
+            return (len(args[-1]) + 1,)  # the counts of the public edges' bins
+
+        def ask(name: str, args: tuple) -> list:
+            what = f"compute the Taylor one-shot's {name.replace('_', ' ')}"
+            replies = list(self._ask_all(what, lambda _, actor: actor.taylor_statistic(name, args)))
+            if name == "forget":
+                return [None for _ in replies]
+            for shard, reply in replies:
+                if np.shape(reply) != shape(name, args):
+                    raise ShardError(f"Shard {shard!r} replied with a malformed Taylor sum.")
+            return [reply for _, reply in replies]
+
+        return SummedTaylorTerms(ask)
 
     def computed(self) -> dict[str, dict[str, int]]:
         """Per shard, how many times its worker computed each step id (a measurement of

@@ -1,0 +1,208 @@
+"""The Taylor path's one-shot release on a sharded table (issue 31), on a real Dask
+LocalCluster (2 worker processes, 1 thread each): on the same noise it is the in-process
+one-shot of the concatenated table (one shard: to float precision; two shards: the same sums
+up to rounding, so the same release within a hundredth of its noise, and a shifted table's is
+told apart), no shard's reply has a value per row, and every release is committed to the
+driver's ledger before a shard reads its rows for it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pymc as pm
+import pytest
+
+pytest.importorskip("distributed")
+
+import dask_table as table  # noqa: E402
+from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
+
+from pymc_penalty.distributed import ShardPool  # noqa: E402
+from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
+from pymc_penalty.distributed._warm import sharded_taylor_oneshot  # noqa: E402
+from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
+from pymc_penalty.warmstart import WarmStart, prepare_warm_start, split_point  # noqa: E402
+from pymc_penalty.warmstart.taylor import (  # noqa: E402
+    FIRST_STAGE_SHARES,
+    ONESHOT_SHARES,
+    taylor_oneshot_on,
+    two_stage_oneshot,
+)
+from pymc_penalty.warmstart.taylor_terms import RowTaylorTerms  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+DRIVER_PID = table.DRIVER_PID
+MU = 3.0  # the one-shot's mu
+
+client = table.shard_client  # the module's LocalCluster (2 workers)
+
+
+def scale_model(y: np.ndarray | None = None) -> pm.Model:
+    """``mu ~ N(0, 10)``, ``s ~ HalfNormal(5)``, ``y ~ N(mu, s)``; without ``y``, a one-row
+    placeholder."""
+    with pm.Model() as m:
+        data = pm.Data("y", np.zeros(1) if y is None else y)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        s = pm.HalfNormal("s", 5.0)
+        pm.Normal("obs", mu, s, observed=data)
+    return m
+
+
+def table_loader(seeds: tuple[int, ...], shift: float = 0.0):
+    """A loader of the concatenated rows of ``seeds``, shifted, refusing to run in the
+    driver."""
+
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return {"y": np.concatenate([rows_of(k)["y"] for k in seeds]) + shift}
+
+    return load
+
+
+def _warm(model: pm.Model, n_rows: float) -> WarmStart:
+    """A public expansion: ``(mu, log s) = (1, 0)``, about the posterior's sds."""
+    point = np.array([1.0, 0.0])
+    n = 2 * N_K
+    return WarmStart(
+        point=point, covariance=np.diag([1.0 / n, 0.5 / n]),
+        initvals=split_point(point, model.initial_point()), mu=0.0, releases=0, clip=1.0,
+        metric_clip=1.0, clipped_fraction=None, clip_history=(), n_rows=float(n_rows),
+    )  # fmt: skip
+
+
+def _run(model, neighbours):
+    return prepare_run(
+        model, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, neighbours=neighbours,
+        clip=CLIP, clip_mode="distance", clip_count_share=0.05, S=None, scaling=1.0,
+        adapt="full", target_accept=0.234, adapt_window=None, tune_interval=None,
+        ledger_path=None, run=None,
+    )  # fmt: skip
+
+
+def _rows_public(neighbours: str) -> float:
+    """The warm start's row count: ``n``, or a released (noisy) one under add/remove-one."""
+    return 2.0 * N_K if neighbours == "substitute" else 2.0 * N_K - 3.0
+
+
+def _sharded(client, loaders, neighbours, seed, ledger=None):
+    model = scale_model()
+    r = _run(model, neighbours)
+    if ledger is not None:
+        r = r._replace(ledger=ledger(r.ledger))
+    with ShardPool(loaders, model, r.value_vars, r.point, cluster=client) as pool:
+        tm = sharded_taylor_oneshot(
+            pool, r, _warm(model, _rows_public(neighbours)), mu=MU,
+            noise_rng=np.random.default_rng(seed),
+        )  # fmt: skip
+    return tm, r.ledger
+
+
+def _in_process(y, neighbours, seed):
+    model = scale_model(y)
+    target = prepare_warm_start(
+        model, neighbours=neighbours, min_rows=100 if neighbours == "add_remove" else None
+    )
+    data = RowTaylorTerms(target.likelihood, target.n)
+    noise, ledger = np.random.default_rng(seed), PrivacyLedger(100.0)
+
+    def stage(at, **kw):
+        return taylor_oneshot_on(
+            data, at, reads=target.likelihood.reads, prior=target.prior,
+            relation=target.relation, ledger=ledger, noise_rng=noise, **kw,
+        )  # fmt: skip
+
+    return two_stage_oneshot(stage, _warm(model, _rows_public(neighbours)), MU**2)[0]
+
+
+@pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])
+def test_the_sharded_oneshot_is_the_in_process_one_on_the_concatenated_table(client, neighbours):
+    """Same noise seeds. One shard holding the whole table: the in-process release, clips,
+    mode and metric to float precision. Two shards (the same per-row terms, summed in
+    another order): within 1% of the release's noise sds and of the posterior's sds. A table
+    shifted by 0.3 (about 7 posterior sds): its released mode more than 4 posterior sds
+    away."""
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    post_sd = 1.0 / math.sqrt(y.size)  # of mu, about
+    for seed in (0, 1):
+        local = _in_process(y, neighbours, seed)
+        one, _ = _sharded(client, [table_loader((0, 1))], neighbours, seed)
+        assert one.control is None  # the rows' coefficients stay on the shards
+        for got in (one.release.G, one.release.H, one.point, one.covariance):
+            assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(one.release.G, local.release.G, rtol=1e-8)
+        np.testing.assert_allclose(one.release.H, local.release.H, rtol=1e-8)
+        np.testing.assert_allclose(one.point, local.point, rtol=1e-8)
+        np.testing.assert_allclose(one.covariance, local.covariance, rtol=1e-8)
+        assert (one.clip_g, one.clip_H, one.residual_clip) == (
+            local.clip_g, local.clip_H, local.residual_clip,
+        )  # fmt: skip
+        assert one.mu == pytest.approx(MU, rel=1e-12) and one.releases == local.releases
+
+        two, _ = _sharded(client, [loader_of(0), loader_of(1)], neighbours, seed)
+        assert (two.clip_g, two.clip_H, two.residual_clip) == (
+            local.clip_g, local.clip_H, local.residual_clip,
+        )  # fmt: skip
+        assert np.all(np.abs(two.release.G - local.release.G) < 0.01 * local.release.sd_G)
+        assert np.all(np.abs(two.release.H - local.release.H) < 0.01 * local.release.sd_H)
+        assert np.all(np.abs(two.point - local.point) < 0.01 * post_sd)
+
+        shifted, _ = _sharded(
+            client, [table_loader((0,), 0.3), table_loader((1,), 0.3)], neighbours, seed
+        )
+        assert abs(shifted.point[0] - local.point[0]) / post_sd > 4.0
+
+
+class _EventLedger:
+    """A ledger that records its commits, in order, into a shared event list."""
+
+    def __init__(self, ledger, events):
+        self.ledger, self.events = ledger, events
+
+    def try_spend(self, mu2):
+        ok = self.ledger.try_spend(mu2)
+        if ok:
+            self.events.append(("spend", mu2))
+        return ok
+
+    def release_unused(self):
+        self.ledger.release_unused()
+
+
+def test_every_oneshot_release_is_charged_before_a_shard_reads_and_no_reply_holds_a_row(client):
+    """The sequence of the driver's commits and the shards' reads is the one-shot's: each
+    stage's histogram shares, then the norm counts, then ``G`` and ``H``, then their sums,
+    then the residual histogram's share, then its counts (a read before its charge would
+    break the sequence); the commits add up to ``MU^2``. Every reply a shard sent is a
+    histogram of public length or the five packed sums, never ``N_K`` values."""
+    events: list = []
+    original = ShardPool._ask_all
+
+    def spy(self, what, send):
+        events.append(("read", what.split("one-shot's ")[-1]))
+        return original(self, what, send)
+
+    with table.replies_received(ShardPool) as replies, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ShardPool, "_ask_all", spy)
+        tm, _ = _sharded(
+            client, [loader_of(0), loader_of(1)], "substitute", 0,
+            ledger=lambda led: _EventLedger(led, events),
+        )  # fmt: skip
+    reads = [e for e in events if e[0] == "read" and "load" not in e[1]]
+    kinds = [e[1] if e[0] == "read" else "spend" for e in events if e in reads or e[0] == "spend"]
+    first = ["spend", "spend", "norm counts", "norm counts", "spend", "spend", "clipped sums"]
+    combined = ["spend", "spend", "clipped sums", "spend", "residual counts"]
+    far = first[:-1] + ["clipped sums", "spend", "residual counts"]
+    assert kinds in (first + combined, first + far), kinds
+    spent = sum(mu2 for kind, mu2 in events if kind == "spend")
+    assert spent == pytest.approx(MU**2, rel=1e-9)
+    assert tm.releases == len(FIRST_STAGE_SHARES) + (3 if kinds == first + combined else 5)
+    assert len(ONESHOT_SHARES) == 5
+
+    sizes = {np.size(a) for r in replies for a in table.arrays(r)}
+    assert sizes and max(sizes) <= 82 and not sizes & {N_K, 2 * N_K}, sizes
+    assert 5 in sizes  # the packed G and H came from the shards
