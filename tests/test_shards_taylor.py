@@ -20,9 +20,10 @@ pytest.importorskip("distributed")
 import dask_table as table  # noqa: E402
 from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
 
-from pymc_penalty.distributed import ShardPool  # noqa: E402
+from pymc_penalty.distributed import ShardError, ShardPool  # noqa: E402
 from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
 from pymc_penalty.distributed._warm import sharded_taylor_oneshot  # noqa: E402
+from pymc_penalty.model.likelihood import PenaltyLikelihood  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 from pymc_penalty.warmstart import WarmStart, prepare_warm_start, split_point  # noqa: E402
 from pymc_penalty.warmstart.taylor import (  # noqa: E402
@@ -31,7 +32,7 @@ from pymc_penalty.warmstart.taylor import (  # noqa: E402
     taylor_oneshot_on,
     two_stage_oneshot,
 )
-from pymc_penalty.warmstart.taylor_terms import RowTaylorTerms  # noqa: E402
+from pymc_penalty.warmstart.taylor_terms import Expansion, RowTaylorTerms  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +207,71 @@ def test_every_oneshot_release_is_charged_before_a_shard_reads_and_no_reply_hold
     sizes = {np.size(a) for r in replies for a in table.arrays(r)}
     assert sizes and max(sizes) <= 82 and not sizes & {N_K, 2 * N_K}, sizes
     assert 5 in sizes  # the packed G and H came from the shards
+
+
+def test_the_shards_residual_sums_are_the_in_process_compiled_ones(client):
+    """After ``taylor_control`` at a public expansion and clips, every chain's clipped
+    residual sum and clip count from two shards (summed) are the in-process compiled
+    likelihood's with the same ``RowControl`` on the concatenated table (sums to float
+    precision, counts exactly), at an infinite bound and at one that clips rows. The
+    must-fail sides: the plain log-likelihood ratios' sums, and a shifted table's residuals,
+    are far from them. A step released as residuals cannot be released again as ratios
+    under the same id (the flag is part of the request's digest). Each reply is one float
+    and one count per chain."""
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    target = prepare_warm_start(scale_model(y))
+    n = target.n
+    warm = _warm(target.model, n)
+    e = Expansion(warm.point, np.linalg.cholesky(warm.covariance), np.arange(2), 2)
+    c_g, c_H = 0.1, 0.01
+    control = RowTaylorTerms(target.likelihood, n).control(e, c_g, c_H)
+    lik = PenaltyLikelihood(target.model, target.value_vars, target.point, control=control)
+    rng = np.random.default_rng(3)
+    sd = np.sqrt(np.diag(warm.covariance))
+    x0s = warm.point + sd * rng.normal(size=(3, 2))
+    x1s = x0s + 0.5 * sd * rng.normal(size=(3, 2))
+
+    def local(bound):
+        out = [
+            lik.evaluate(x1, lik.initial(x0, n)[0], bound)[1:3]
+            for x0, x1 in zip(x0s, x1s, strict=True)
+        ]
+        return np.array([s for s, _ in out]), np.array([k for _, k in out])
+
+    def sharded(pool, bound, residual=True):
+        replies = pool._ask_all(
+            "test", lambda _, a: a.partial_sums("t", 0, x0s, x1s, np.full(3, bound), residual)
+        )
+        replies = [r for _, r in replies]
+        for r in replies:
+            assert r["sums"].shape == (3,) and r["counts"].shape == (3,)
+        return sum(r["sums"] for r in replies), sum(r["counts"] for r in replies)
+
+    free, _ = local(np.inf)
+    bound = float(np.median(np.abs(free))) / 50.0  # clips some rows in every chain
+    clipped, counts = local(bound)
+    assert np.all(counts > 0) and np.all(counts < n)
+    model = scale_model()
+    with ShardPool(
+        [loader_of(0), loader_of(1)], model, model.value_vars, model.initial_point(),
+        cluster=client,
+    ) as pool:  # fmt: skip
+        pool.taylor_control(e, c_g, c_H)
+        got, _ = sharded(pool, np.inf)
+        np.testing.assert_allclose(got, free, rtol=1e-9, atol=1e-9)
+        got, got_counts = sharded(pool, bound)
+        np.testing.assert_allclose(got, clipped, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(got_counts, counts)
+        ratios, _ = sharded(pool, np.inf, residual=False)
+        assert np.all(np.abs(ratios - free) > 0.1)  # measured 0.3-4.1
+        sums, _ = pool.release(x0s, x1s, bound, 1e-3, np.inf, step=0, residual=True)
+        assert sums.shape == (1, 3)
+        with pytest.raises(ShardError, match="already released for other points"):
+            pool.release(x0s, x1s, bound, 1e-3, np.inf, step=0, residual=False)
+    with ShardPool(
+        [table_loader((0,), 0.3), table_loader((1,), 0.3)], model, model.value_vars,
+        model.initial_point(), cluster=client,
+    ) as pool:  # fmt: skip
+        pool.taylor_control(e, c_g, c_H)
+        shifted, _ = sharded(pool, np.inf)
+    assert np.max(np.abs(shifted - free)) > 1.0

@@ -184,6 +184,7 @@ class RowsService:
         by_name = {v.name: v for v in model.value_vars}
         value_vars = [by_name[v] for v in value_names]
         self._model = model
+        self._compiled = (value_vars, point, compile_kwargs)  # to compile it again
         self._lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
         self._n = lengths.pop()
         self._cache: dict[int, dict[bytes, np.ndarray]] = {}
@@ -193,27 +194,42 @@ class RowsService:
         return self.name
 
     def clipped_sums(
-        self, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+        self,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        lik: PenaltyLikelihood | None = None,
+        cache: dict[int, dict[bytes, np.ndarray]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every chain's exact clipped sum and clip count (data-dependent: never returned to
-        a caller by this class; the budget must be committed before it is called)."""
+        a caller by this class; the budget must be committed before it is called), of the
+        rows' log-likelihood ratios, or of ``lik``'s per-row values (with ``cache``: the
+        rows' residuals of a :class:`ShardService`'s Taylor model)."""
+        lik = self._lik if lik is None else lik
+        cache = self._cache if cache is None else cache
         chains = x0s.shape[0]
         sums, counts = np.empty(chains), np.empty(chains)
         for c in range(chains):
-            ll0 = self._terms(c, x0s[c])
-            ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
-            self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
+            ll0 = self._terms(c, x0s[c], lik, cache)
+            ll1, clipped_sum, n_clipped, _ = lik.evaluate(x1s[c], ll0, float(bounds[c]))
+            cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
             sums[c], counts[c] = clipped_sum, n_clipped
         return sums, counts
 
-    def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
+    def _terms(
+        self,
+        chain: int,
+        x: np.ndarray,
+        lik: PenaltyLikelihood,
+        cache: dict[int, dict[bytes, np.ndarray]],
+    ) -> np.ndarray:
         """Per-row terms at a chain's current point: from the cache (the last call's current
         point or proposal, whichever was accepted), else computed."""
-        cached = self._cache.get(chain, {}).get(x.tobytes())
+        cached = cache.get(chain, {}).get(x.tobytes())
         if cached is not None:
             return cached
-        x = np.asarray(x, dtype=self._lik.input_dtype)
-        return self._lik.initial(x, self._n)[0]
+        x = np.asarray(x, dtype=lik.input_dtype)
+        return lik.initial(x, self._n)[0]
 
 
 def points(x0s: Any, x1s: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -443,18 +459,56 @@ class ShardService(RowsService):
         self._computed: dict[tuple[str, int], int] = {}
         self._warm: RowGradients | None = None  # the warm start's sums over these rows
         self._taylor: RowTaylorTerms | None = None  # the Taylor one-shot's
+        # The rows' residuals after the released Taylor model (taylor_control), and their
+        # per-chain cache.
+        self._residual: PenaltyLikelihood | None = None
+        self._residual_cache: dict[int, dict[bytes, np.ndarray]] = {}
 
     def partial_sums(
-        self, run: str, step: int, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+        self,
+        run: str,
+        step: int,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        residual: bool = False,
     ) -> dict[str, np.ndarray]:
         """Every chain's exact clipped partial sum and clip count for step ``(run, step)``:
         ``{"sums": (chains,) float64, "counts": (chains,) int64}``. The driver has committed
-        the step's cost before it calls (and adds the noise)."""
+        the step's cost before it calls (and adds the noise). ``residual``: of the rows'
+        residuals after the Taylor model of :meth:`taylor_control` (the Taylor path's step),
+        not of their log-likelihood ratios."""
         x0s, x1s = points(x0s, x1s)
         key = (str(run), int(step))
         self._computed[key] = self._computed.get(key, 0) + 1
-        sums, counts = self.clipped_sums(x0s, x1s, np.atleast_1d(bounds))
+        if not residual:
+            sums, counts = self.clipped_sums(x0s, x1s, np.atleast_1d(bounds))
+        elif self._residual is None:
+            raise OwnerSideError(f"Shard {self.name!r}: no Taylor model (taylor_control).")
+        else:
+            sums, counts = self.clipped_sums(
+                x0s, x1s, np.atleast_1d(bounds), self._residual, self._residual_cache
+            )
         return {"sums": sums, "counts": counts.astype(np.int64)}
+
+    def taylor_control(self, e: Expansion, c_g: float, c_H: float | None) -> str:
+        """Compile the likelihood of the rows' residuals after their clipped Taylor model at
+        the public expansion ``e`` and clips (the one-shot's,
+        :class:`~pymc_penalty.model.likelihood.RowControl`): the Taylor path's steps then ask
+        :meth:`partial_sums` with ``residual=True``. The clipped coefficients are the
+        one-shot's where this shard still holds them, else computed again from the rows
+        (deterministic: a resumed run rebuilds the same model without a release). Nothing
+        leaves: the reply is this shard's name."""
+        if self._taylor is None:
+            self._taylor = RowTaylorTerms(self._lik, self._n)
+        e, c_g, c_H = _owned((e, float(c_g), None if c_H is None else float(c_H)))
+        control = self._taylor.control(e, c_g, c_H)
+        value_vars, point, compile_kwargs = self._compiled
+        self._residual = PenaltyLikelihood(
+            self._model, value_vars, point, compile_kwargs, control=control
+        )
+        self._residual_cache = {}
+        return self.name
 
     def computed(self) -> dict[str, int]:
         """How many times each step id was computed here, ``{"run/step": times}``."""

@@ -207,6 +207,7 @@ class ShardPool(ActorPool):
         count_sds: np.ndarray,
         mu2: np.ndarray | None = None,
         step: int | None = None,
+        residual: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The whole table's noisy release for every chain of one step.
 
@@ -230,6 +231,10 @@ class ShardPool(ActorPool):
         step : int, optional
             The step id (the next one by default). A step already released with the same
             points returns the identical values; with other points it is refused.
+        residual : bool, default False
+            Release the clipped sums of the rows' residuals after the Taylor model of
+            :meth:`taylor_control` (the Taylor path's step) instead of their log-likelihood
+            ratios (part of the request's digest: the two never share noise).
 
         Returns
         -------
@@ -250,7 +255,8 @@ class ShardPool(ActorPool):
         sigma = np.broadcast_to(np.asarray(sigmas, dtype=np.float64).reshape(-1), (chains,))
         count_sd = float(np.asarray(count_sds, dtype=np.float64).reshape(-1)[0])
         key = (self.run, step)
-        step_digest = digest(x0s, x1s, bounds, sigma, np.array([count_sd]))
+        request = [x0s, x1s, bounds, sigma, np.array([count_sd])]
+        step_digest = digest(*request, *([np.array([1.0])] if residual else []))
         known = self.journal.points.get(key)
         if known is not None and known != step_digest:
             raise ShardError(
@@ -259,7 +265,7 @@ class ShardPool(ActorPool):
             )
         replies = self._ask_all(
             f"compute step {step}",
-            lambda _, actor: actor.partial_sums(self.run, step, x0s, x1s, bounds),
+            lambda _, actor: actor.partial_sums(self.run, step, x0s, x1s, bounds, residual),
         )
         sums, counts = np.zeros(chains), np.zeros(chains)
         for name, reply in replies:
@@ -349,6 +355,20 @@ class ShardPool(ActorPool):
             return [reply for _, reply in replies]
 
         return SummedTaylorTerms(ask)
+
+    def taylor_control(self, e: Any, c_g: float, c_H: float | None) -> None:
+        """Make every shard hold the likelihood of its rows' residuals after their clipped
+        Taylor model at the public expansion ``e`` (a
+        :class:`~pymc_penalty.warmstart.taylor_terms.Expansion`) and clips ``c_g``, ``c_H``
+        (the one-shot's): :meth:`release` with ``residual=True`` then releases the Taylor
+        path's steps. Reads the rows (their Taylor terms, where a shard no longer holds the
+        one-shot's) but releases nothing: each shard answers its name."""
+        for name, reply in self._ask_all(
+            "compile its Taylor residuals",
+            lambda _, actor: actor.taylor_control(e, c_g, c_H),
+        ):
+            if reply != name:
+                raise ShardError(f"Shard {name!r} replied with something other than its name.")
 
     def computed(self) -> dict[str, dict[str, int]]:
         """Per shard, how many times its worker computed each step id (a measurement of
