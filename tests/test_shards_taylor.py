@@ -9,7 +9,6 @@ driver's ledger before a shard reads its rows for it.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pymc as pm
@@ -18,10 +17,16 @@ import pytest
 pytest.importorskip("distributed")
 
 import dask_table as table  # noqa: E402
-from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
+from dask_table import (  # noqa: E402
+    N_K,
+    loader_of,
+    prepared_run,
+    rows_of,
+    scale_model,
+    table_loader,
+)
 
 from pymc_penalty.distributed import ShardError, ShardPool  # noqa: E402
-from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
 from pymc_penalty.distributed._warm import sharded_taylor_oneshot  # noqa: E402
 from pymc_penalty.model.likelihood import PenaltyLikelihood  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
@@ -42,29 +47,6 @@ MU = 3.0  # the one-shot's mu
 client = table.shard_client  # the module's LocalCluster (2 workers)
 
 
-def scale_model(y: np.ndarray | None = None) -> pm.Model:
-    """``mu ~ N(0, 10)``, ``s ~ HalfNormal(5)``, ``y ~ N(mu, s)``; without ``y``, a one-row
-    placeholder."""
-    with pm.Model() as m:
-        data = pm.Data("y", np.zeros(1) if y is None else y)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        s = pm.HalfNormal("s", 5.0)
-        pm.Normal("obs", mu, s, observed=data)
-    return m
-
-
-def table_loader(seeds: tuple[int, ...], shift: float = 0.0):
-    """A loader of the concatenated rows of ``seeds``, shifted, refusing to run in the
-    driver."""
-
-    def load():
-        if os.getpid() == DRIVER_PID:
-            raise AssertionError("rows loaded in the driver")
-        return {"y": np.concatenate([rows_of(k)["y"] for k in seeds]) + shift}
-
-    return load
-
-
 def _warm(model: pm.Model, n_rows: float) -> WarmStart:
     """A public expansion: ``(mu, log s) = (1, 0)``, about the posterior's sds."""
     point = np.array([1.0, 0.0])
@@ -76,15 +58,6 @@ def _warm(model: pm.Model, n_rows: float) -> WarmStart:
     )  # fmt: skip
 
 
-def _run(model, neighbours):
-    return prepare_run(
-        model, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, neighbours=neighbours,
-        clip=CLIP, clip_mode="distance", clip_count_share=0.05, S=None, scaling=1.0,
-        adapt="full", target_accept=0.234, adapt_window=None, tune_interval=None,
-        ledger_path=None, run=None,
-    )  # fmt: skip
-
-
 def _rows_public(neighbours: str) -> float:
     """The warm start's row count: ``n``, or a released (noisy) one under add/remove-one."""
     return 2.0 * N_K if neighbours == "substitute" else 2.0 * N_K - 3.0
@@ -92,7 +65,7 @@ def _rows_public(neighbours: str) -> float:
 
 def _sharded(client, loaders, neighbours, seed, ledger=None):
     model = scale_model()
-    r = _run(model, neighbours)
+    r = prepared_run(model, neighbours)
     if ledger is not None:
         r = r._replace(ledger=ledger(r.ledger))
     with ShardPool(loaders, model, r.value_vars, r.point, cluster=client) as pool:
