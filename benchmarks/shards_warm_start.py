@@ -16,9 +16,17 @@ started before). With n / 2 even and substitute-one the shards' pairs are the wh
 the two then differ only in the float order of the sums. Under add/remove-one the pair across
 the shards' boundary is missing and the pair count is ``n_hat - 2``.
 
+``--taylor MU`` also times the Taylor path's one-shot release (both stages,
+:func:`~pymc_penalty.warmstart.taylor.two_stage_oneshot`) of ``mu`` = MU at the in-process warm
+start's point, in-process (:class:`~pymc_penalty.warmstart.taylor_terms.RowTaylorTerms` on the
+concatenated table) and on the shards
+(:func:`~pymc_penalty.distributed._warm.sharded_taylor_oneshot`), on the same seeded noise:
+``oneshot_in_process_s``, ``oneshot_sharded_s``, ``oneshot_ratio`` and ``oneshot_max_sd``
+(the released modes' largest distance per coordinate, in the released covariance's sds).
+
 Run ``python benchmarks/shards_warm_start.py [--n 2e4] [--mu 1.0] [--seeds 2]
-[--neighbours substitute] [--quick]`` from the repository root. The last line is
-``RESULT {"rows": [{n, seed, in_process_s, sharded_s, ratio, rms_sd, max_sd}]}``.
+[--neighbours substitute] [--taylor 3.0] [--quick]`` from the repository root. The last line
+is ``RESULT {"rows": [{n, seed, in_process_s, sharded_s, ratio, rms_sd, max_sd, ...}]}``.
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ import numpy as np  # noqa: E402
 
 from pymc_penalty.distributed import ShardPool  # noqa: E402
 from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
-from pymc_penalty.distributed._warm import sharded_warm_start  # noqa: E402
+from pymc_penalty.distributed._warm import sharded_taylor_oneshot, sharded_warm_start  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 from pymc_penalty.warmstart import prepare_warm_start, private_warm_start  # noqa: E402
+from pymc_penalty.warmstart.taylor import taylor_oneshot_on, two_stage_oneshot  # noqa: E402
+from pymc_penalty.warmstart.taylor_terms import RowTaylorTerms  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dask_common as dask_common  # noqa: E402
@@ -54,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mu", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--neighbours", default="substitute")
+    parser.add_argument("--taylor", type=float, default=None, help="the one-shot's mu too")
     parser.add_argument("--quick", action="store_true", help="n = 4000, one seed (for CI)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -111,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "rms_sd": float(f"{np.sqrt(np.mean(z**2)):.3g}"),
                         "max_sd": float(f"{np.max(np.abs(z)):.3g}"),
                     }
+                    if args.taylor is not None:
+                        row.update(_oneshots(pool, r, target, local, args.taylor, seed))
                     print(row, flush=True)
                     rows.append(row)
     finally:
@@ -119,6 +132,34 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"rows": rows}
     print("RESULT " + json.dumps(result))
     return result
+
+
+def _oneshots(pool, r, target, warm, mu: float, seed: int) -> dict:
+    """The one-shot of ``mu`` at ``warm`` in-process and on the shards, timed, and how far
+    apart their released modes are (in the in-process released covariance's sds)."""
+    data, ledger = RowTaylorTerms(target.likelihood, target.n), PrivacyLedger(100.0)
+    noise = np.random.default_rng(seed)
+
+    def stage(at, **kw):
+        return taylor_oneshot_on(
+            data, at, reads=target.likelihood.reads, prior=target.prior,
+            relation=target.relation, ledger=ledger, noise_rng=noise, **kw,
+        )  # fmt: skip
+
+    start = time.perf_counter()
+    local = two_stage_oneshot(stage, warm, mu**2)[0]
+    local_s = time.perf_counter() - start
+    r = r._replace(ledger=PrivacyLedger(100.0))
+    start = time.perf_counter()
+    sharded = sharded_taylor_oneshot(pool, r, warm, mu=mu, noise_rng=np.random.default_rng(seed))
+    sharded_s = time.perf_counter() - start
+    z = (sharded.point - local.point) / np.sqrt(np.diag(local.covariance))
+    return {
+        "oneshot_in_process_s": round(local_s, 3),
+        "oneshot_sharded_s": round(sharded_s, 3),
+        "oneshot_ratio": round(sharded_s / local_s, 2),
+        "oneshot_max_sd": float(f"{np.max(np.abs(z)):.3g}"),
+    }
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ hands the step what ``pp.sample`` hands it. It lives above :mod:`pymc_penalty.wa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import warnings
@@ -73,13 +74,12 @@ from pymc_penalty.warmstart import (
     private_warm_start,
 )
 from pymc_penalty.warmstart.taylor import (
-    FIRST_STAGE_SHARES,
     TAYLOR_FIRST_STAGE,
     TAYLOR_SHARE,
     TAYLOR_TUNE,
-    far_from_expansion,
     taylor_moves_per_draw,
     taylor_oneshot,
+    two_stage_oneshot,
 )
 
 __all__ = [
@@ -147,42 +147,6 @@ def run_taylor_oneshot(
         )
     finally:
         ledger.release_unused()
-
-
-def _two_stage_oneshot(
-    target: WarmStartTarget,
-    warm: WarmStart,
-    oneshot_mu2: float,
-    ledger: Any,
-    noise_rng: np.random.Generator | None,
-) -> tuple[TaylorModel, WarmStart]:
-    """The one-shot in two stages (docs/algorithm.md, "Two stages"): the released model, its
-    ``mu`` and release count covering both, and the expansion its second stage used."""
-    first = run_taylor_oneshot(
-        target,
-        warm,
-        mu=math.sqrt(oneshot_mu2 * TAYLOR_FIRST_STAGE),
-        ledger=ledger,
-        noise_rng=noise_rng,
-        residual=False,
-        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
-        shares=FIRST_STAGE_SHARES,
-    )
-    rest = math.sqrt(oneshot_mu2 * (1.0 - TAYLOR_FIRST_STAGE))
-    if far_from_expansion(first, warm.covariance):  # expand again where the first points
-        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
-        second = run_taylor_oneshot(target, expand_at, mu=rest, ledger=ledger, noise_rng=noise_rng)
-    else:  # the same sums again, combined with the first's
-        expand_at = warm
-        second = run_taylor_oneshot(
-            target, warm, mu=rest, ledger=ledger, noise_rng=noise_rng, previous=first
-        )
-    both = dataclasses.replace(
-        second,
-        mu=math.sqrt(first.mu**2 + second.mu**2),
-        releases=first.releases + second.releases,
-    )
-    return both, expand_at
 
 
 def screen_before_sampling(
@@ -275,7 +239,12 @@ def run_private_start(
             target, warm, mu=math.sqrt(oneshot_mu2), ledger=ledger, noise_rng=noise_rng
         )
     else:
-        model_release, expand_at = _two_stage_oneshot(target, warm, oneshot_mu2, ledger, noise_rng)
+        model_release, expand_at = two_stage_oneshot(
+            functools.partial(run_taylor_oneshot, target, ledger=ledger, noise_rng=noise_rng),
+            warm,
+            oneshot_mu2,
+            TAYLOR_FIRST_STAGE,  # the module's (scripts set it here)
+        )
     # Where the chains start, in the expansion's metric (public; for the forecast).
     offset = start_offset(model_release, expand_at.covariance)
     model_release = dataclasses.replace(model_release, start_offset=offset)

@@ -5,7 +5,7 @@ with a broken control that must fail:
 
 (a) **The one-shot release** of the clipped Taylor sums ``G`` and ``H`` at a fixed public
     expansion point ``t``, whitening ``L`` and clips ``c_g``, ``c_H``. The per-row terms come
-    from the package's own code path (``warmstart.taylor._row_terms`` on the compiled
+    from the package's own code path (``warmstart.taylor_terms.row_terms`` on the compiled
     likelihood of ``prepare_warm_start``, then ``privacy.taylor.clip_packed_rows`` and
     ``release_packed_sums``). Outputs audited: every coordinate of ``G`` and of ``H``'s upper
     triangle (black box), and the projection of the whitened release onto the exact
@@ -50,7 +50,8 @@ from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.sampling.taylor import TaylorModel, TaylorPenaltyMetropolis
 from pymc_penalty.warmstart import prepare_warm_start
-from pymc_penalty.warmstart.taylor import ONESHOT_SHARES, _row_terms
+from pymc_penalty.warmstart.taylor import ONESHOT_SHARES
+from pymc_penalty.warmstart.taylor_terms import Expansion, row_terms
 
 N = 300
 SEED = 20270127
@@ -94,7 +95,7 @@ def row_coefficients(model: pm.Model, relation: str) -> np.ndarray:
     target = prepare_warm_start(
         model, neighbours=neighbours, min_rows=100 if relation != "substitute" else None
     )
-    g, h = _row_terms(target.likelihood, T, L, np.arange(2), target.n, 2)
+    g, h = row_terms(target.likelihood, Expansion(T, L, np.arange(2), 2), target.n)
     return np.concatenate([g, h], axis=1)
 
 

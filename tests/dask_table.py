@@ -68,6 +68,42 @@ def normal_model(y: np.ndarray | None = None) -> pm.Model:
     return m
 
 
+def scale_model(y: np.ndarray | None = None) -> pm.Model:
+    """``mu ~ N(0, 10)``, ``s ~ HalfNormal(5)``, ``y ~ N(mu, s)`` (a transformed coordinate);
+    without ``y``, a one-row placeholder."""
+    with pm.Model() as m:
+        data = pm.Data("y", np.zeros(1) if y is None else y)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        s = pm.HalfNormal("s", 5.0)
+        pm.Normal("obs", mu, s, observed=data)
+    return m
+
+
+def table_loader(seeds: tuple[int, ...], shift: float = 0.0):
+    """A loader of the concatenated rows of ``seeds`` (:func:`rows_of`), shifted, that refuses
+    to run in the driver."""
+
+    def load():
+        if os.getpid() == DRIVER_PID:
+            raise AssertionError("rows loaded in the driver")
+        return {"y": np.concatenate([rows_of(k)["y"] for k in seeds]) + shift}
+
+    return load
+
+
+def prepared_run(model: pm.Model, neighbours: str) -> Any:
+    """A run of ``model`` (its ledger, relation, value variables) at :data:`EPS`, nothing
+    spent (``pymc_penalty.distributed._setup.prepare_run``)."""
+    from pymc_penalty.distributed._setup import prepare_run
+
+    return prepare_run(
+        model, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, neighbours=neighbours,
+        clip=CLIP, clip_mode="distance", clip_count_share=0.05, S=None, scaling=1.0,
+        adapt="full", target_accept=0.234, adapt_window=None, tune_interval=None,
+        ledger_path=None, run=None,
+    )  # fmt: skip
+
+
 def arrays(obj: Any) -> Iterator[np.ndarray]:
     """Every NumPy array in a reply (nested in dicts, lists and tuples)."""
     if isinstance(obj, np.ndarray):

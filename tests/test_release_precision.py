@@ -223,14 +223,14 @@ def test_taylor_oneshot_releases_g_and_h_on_their_grids(monkeypatch):
         b = pm.Normal("b", 0.0, 2.0)
         pm.Bernoulli("y", logit_p=a + b * x, observed=y)
     histograms = []
-    original = tc.noisy_histogram
+    original = tc.noisy_counts  # where every noisy histogram is released
 
     def recording_histogram(*args, **kwargs):
         out = original(*args, **kwargs)
         histograms.append(out[0])
         return out
 
-    monkeypatch.setattr(tc, "noisy_histogram", recording_histogram)
+    monkeypatch.setattr(tc, "noisy_counts", recording_histogram)
     target = prepare_warm_start(model)
     warm = WarmStart(
         point=np.array([0.3, 0.8]),

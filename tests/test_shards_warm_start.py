@@ -16,13 +16,22 @@ import signal
 import time
 
 import numpy as np
-import pymc as pm
 import pytest
 
 pytest.importorskip("distributed")
 
 import dask_table as table  # noqa: E402
-from dask_table import CLIP, DELTA, EPS, N_K, loader_of, rows_of  # noqa: E402
+from dask_table import (  # noqa: E402
+    CLIP,
+    DELTA,
+    EPS,
+    N_K,
+    loader_of,
+    prepared_run,
+    rows_of,
+    scale_model,
+    table_loader,
+)
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty.distributed import (  # noqa: E402
@@ -31,7 +40,6 @@ from pymc_penalty.distributed import (  # noqa: E402
     ShardPool,
     sample_sharded,
 )
-from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
 from pymc_penalty.distributed._warm import sharded_warm_start  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 from pymc_penalty.warmstart import private_warm_start, warm_start_schedule  # noqa: E402
@@ -44,42 +52,9 @@ DRIVER_PID = table.DRIVER_PID
 client = table.shard_client  # the module's LocalCluster (2 workers)
 
 
-def scale_model(y: np.ndarray | None = None) -> pm.Model:
-    """``mu ~ N(0, 10)``, ``s ~ HalfNormal(5)``, ``y ~ N(mu, s)`` (a transformed coordinate);
-    without ``y``, a one-row placeholder."""
-    with pm.Model() as m:
-        data = pm.Data("y", np.zeros(1) if y is None else y)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        s = pm.HalfNormal("s", 5.0)
-        pm.Normal("obs", mu, s, observed=data)
-    return m
-
-
-def table_loader(seeds: tuple[int, ...], shift: float = 0.0):
-    """A loader of the concatenated rows of ``seeds`` (:func:`rows_of`), shifted, that refuses
-    to run in the driver."""
-
-    def load():
-        if os.getpid() == DRIVER_PID:
-            raise AssertionError("rows loaded in the driver")
-        return {"y": np.concatenate([rows_of(k)["y"] for k in seeds]) + shift}
-
-    return load
-
-
-def _run(model, neighbours):
-    """A run of ``model`` (its ledger, relation, value variables), nothing spent."""
-    return prepare_run(
-        model, epsilon=EPS, delta=DELTA, draws=10, tune=10, chains=2, neighbours=neighbours,
-        clip=CLIP, clip_mode="distance", clip_count_share=0.05, S=None, scaling=1.0,
-        adapt="full", target_accept=0.234, adapt_window=None, tune_interval=None,
-        ledger_path=None, run=None,
-    )  # fmt: skip
-
-
 def _sharded(client, loaders, neighbours, *, mu, seed):
     model = scale_model()
-    r = _run(model, neighbours)
+    r = prepared_run(model, neighbours)
     with ShardPool(loaders, model, r.value_vars, r.point, cluster=client) as pool:
         return sharded_warm_start(
             pool, r, mu=mu, clip="auto", steps=12, noise_rng=np.random.default_rng(seed)
@@ -315,7 +290,7 @@ def test_every_warm_start_release_is_charged_before_a_shard_reads_its_rows(clien
     and including that call's step (counted by the gradient sums asked before it); asking a
     shard its row count is public under substitute-one."""
     model = table.normal_model()
-    r = _run(model, "substitute")
+    r = prepared_run(model, "substitute")
     ledger = _CountingLedger(r.ledger)
     r = r._replace(ledger=ledger)
     steps, mu = 6, 1.0

@@ -20,6 +20,7 @@ from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.budget import PrivacyBudget
 from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.warmstart import WARM_START_STEPS, WarmStart, prepare_warm_start, split_point
+from pymc_penalty.warmstart import taylor as taylor_module
 from pymc_penalty.warmstart.taylor import far_from_expansion, taylor_oneshot
 
 
@@ -150,7 +151,7 @@ def test_private_start_charges_both_stages_once(far: bool, monkeypatch) -> None:
     stages' mu and releases, and the ledger agrees."""
     n = 3000
     model = _groups(n)
-    monkeypatch.setattr(budgeted, "far_from_expansion", lambda *a: far)
+    monkeypatch.setattr(taylor_module, "far_from_expansion", lambda *a: far)
     ledger = PrivacyLedger(PrivacyBudget(2.0, 1e-5).mu)
     before = ledger.spent_mu2
     warm, taylor = budgeted.run_private_start(

@@ -52,6 +52,7 @@ from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
 from pymc_penalty.warmstart import per_datapoint_gradients
 from pymc_penalty.warmstart.statistics import STATISTICS, RowGradients
+from pymc_penalty.warmstart.taylor_terms import TAYLOR_STATISTICS, Expansion, RowTaylorTerms
 
 __all__ = [
     "OwnerService",
@@ -183,6 +184,7 @@ class RowsService:
         by_name = {v.name: v for v in model.value_vars}
         value_vars = [by_name[v] for v in value_names]
         self._model = model
+        self._compiled = (value_vars, point, compile_kwargs)  # to compile it again
         self._lik = PenaltyLikelihood(model, value_vars, point, compile_kwargs)
         self._n = lengths.pop()
         self._cache: dict[int, dict[bytes, np.ndarray]] = {}
@@ -192,27 +194,42 @@ class RowsService:
         return self.name
 
     def clipped_sums(
-        self, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+        self,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        lik: PenaltyLikelihood | None = None,
+        cache: dict[int, dict[bytes, np.ndarray]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every chain's exact clipped sum and clip count (data-dependent: never returned to
-        a caller by this class; the budget must be committed before it is called)."""
+        a caller by this class; the budget must be committed before it is called), of the
+        rows' log-likelihood ratios, or of ``lik``'s per-row values (with ``cache``: the
+        rows' residuals of a :class:`ShardService`'s Taylor model)."""
+        lik = self._lik if lik is None else lik
+        cache = self._cache if cache is None else cache
         chains = x0s.shape[0]
         sums, counts = np.empty(chains), np.empty(chains)
         for c in range(chains):
-            ll0 = self._terms(c, x0s[c])
-            ll1, clipped_sum, n_clipped, _ = self._lik.evaluate(x1s[c], ll0, float(bounds[c]))
-            self._cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
+            ll0 = self._terms(c, x0s[c], lik, cache)
+            ll1, clipped_sum, n_clipped, _ = lik.evaluate(x1s[c], ll0, float(bounds[c]))
+            cache[c] = {x0s[c].tobytes(): ll0, x1s[c].tobytes(): ll1}
             sums[c], counts[c] = clipped_sum, n_clipped
         return sums, counts
 
-    def _terms(self, chain: int, x: np.ndarray) -> np.ndarray:
+    def _terms(
+        self,
+        chain: int,
+        x: np.ndarray,
+        lik: PenaltyLikelihood,
+        cache: dict[int, dict[bytes, np.ndarray]],
+    ) -> np.ndarray:
         """Per-row terms at a chain's current point: from the cache (the last call's current
         point or proposal, whichever was accepted), else computed."""
-        cached = self._cache.get(chain, {}).get(x.tobytes())
+        cached = cache.get(chain, {}).get(x.tobytes())
         if cached is not None:
             return cached
-        x = np.asarray(x, dtype=self._lik.input_dtype)
-        return self._lik.initial(x, self._n)[0]
+        x = np.asarray(x, dtype=lik.input_dtype)
+        return lik.initial(x, self._n)[0]
 
 
 def points(x0s: Any, x1s: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -441,18 +458,57 @@ class ShardService(RowsService):
         super().__init__(*args, **kwargs)
         self._computed: dict[tuple[str, int], int] = {}
         self._warm: RowGradients | None = None  # the warm start's sums over these rows
+        self._taylor: RowTaylorTerms | None = None  # the Taylor one-shot's
+        # The rows' residuals after the released Taylor model (taylor_control), and their
+        # per-chain cache.
+        self._residual: PenaltyLikelihood | None = None
+        self._residual_cache: dict[int, dict[bytes, np.ndarray]] = {}
 
     def partial_sums(
-        self, run: str, step: int, x0s: np.ndarray, x1s: np.ndarray, bounds: np.ndarray
+        self,
+        run: str,
+        step: int,
+        x0s: np.ndarray,
+        x1s: np.ndarray,
+        bounds: np.ndarray,
+        residual: bool = False,
     ) -> dict[str, np.ndarray]:
         """Every chain's exact clipped partial sum and clip count for step ``(run, step)``:
         ``{"sums": (chains,) float64, "counts": (chains,) int64}``. The driver has committed
-        the step's cost before it calls (and adds the noise)."""
+        the step's cost before it calls (and adds the noise). ``residual``: of the rows'
+        residuals after the Taylor model of :meth:`taylor_control` (the Taylor path's step),
+        not of their log-likelihood ratios."""
         x0s, x1s = points(x0s, x1s)
         key = (str(run), int(step))
         self._computed[key] = self._computed.get(key, 0) + 1
-        sums, counts = self.clipped_sums(x0s, x1s, np.atleast_1d(bounds))
+        if not residual:
+            sums, counts = self.clipped_sums(x0s, x1s, np.atleast_1d(bounds))
+        elif self._residual is None:
+            raise OwnerSideError(f"Shard {self.name!r}: no Taylor model (taylor_control).")
+        else:
+            sums, counts = self.clipped_sums(
+                x0s, x1s, np.atleast_1d(bounds), self._residual, self._residual_cache
+            )
         return {"sums": sums, "counts": counts.astype(np.int64)}
+
+    def taylor_control(self, e: Expansion, c_g: float, c_H: float | None) -> str:
+        """Compile the likelihood of the rows' residuals after their clipped Taylor model at
+        the public expansion ``e`` and clips (the one-shot's,
+        :class:`~pymc_penalty.model.likelihood.RowControl`): the Taylor path's steps then ask
+        :meth:`partial_sums` with ``residual=True``. The clipped coefficients are the
+        one-shot's where this shard still holds them, else computed again from the rows
+        (deterministic: a resumed run rebuilds the same model without a release). Nothing
+        leaves: the reply is this shard's name."""
+        if self._taylor is None:
+            self._taylor = RowTaylorTerms(self._lik, self._n)
+        e, c_g, c_H = _owned((e, float(c_g), None if c_H is None else float(c_H)))
+        control = self._taylor.control(e, c_g, c_H)
+        value_vars, point, compile_kwargs = self._compiled
+        self._residual = PenaltyLikelihood(
+            self._model, value_vars, point, compile_kwargs, control=control
+        )
+        self._residual_cache = {}
+        return self.name
 
     def computed(self) -> dict[str, int]:
         """How many times each step id was computed here, ``{"run/step": times}``."""
@@ -484,3 +540,42 @@ class ShardService(RowsService):
         rest = [None if a is None else np.array(a, dtype=np.float64) for a in args[1:]]
         rest = [float(a) if a is not None and a.ndim == 0 else a for a in rest]
         return np.asarray(getattr(self._warm, name)(x, *rest), dtype=np.float64)
+
+    def taylor_statistic(self, name: str, args: tuple) -> Any:
+        """One of the Taylor one-shot's exact sums over this shard's rows, for the driver's
+        :class:`~pymc_penalty.warmstart.taylor_terms.SummedTaylorTerms` (which has charged
+        the release it feeds before it asks, and adds the noise to the shards' total).
+
+        ``name`` is one of :data:`~pymc_penalty.warmstart.taylor_terms.TAYLOR_STATISTICS`
+        (histogram counts of public length, or the clipped sums ``G`` and ``H`` packed: at
+        most ``k + k (k + 1) / 2`` values) or ``"forget"``. The rows' Taylor terms are the
+        in-process one-shot's (:class:`~pymc_penalty.warmstart.taylor_terms.RowTaylorTerms`),
+        clipped here, row by row, before they are summed; they never leave this shard (the
+        clipped coefficients are kept here for the chains' residuals)."""
+        if self._taylor is None:
+            self._taylor = RowTaylorTerms(self._lik, self._n)
+        if name == "forget":
+            self._taylor.forget()
+            return None
+        if name not in TAYLOR_STATISTICS:
+            raise OwnerSideError(f"Shard {self.name!r}: no Taylor statistic {name!r}.")
+        return np.asarray(getattr(self._taylor, name)(*_owned(args)), dtype=np.float64)
+
+
+def _owned(value: Any) -> Any:
+    """Own, writeable, aligned copies of the arrays in a message's arguments (arrays
+    deserialised from a message may be views of a read-only buffer, which the compiled
+    function refuses); an :class:`Expansion` stays one."""
+    if isinstance(value, Expansion):
+        t, L, index, order = value
+        return Expansion(
+            np.array(t, dtype=np.float64, order="C"),
+            np.array(L, dtype=np.float64, order="C"),
+            np.array(index, dtype=np.int64),
+            int(order),
+        )
+    if isinstance(value, tuple | list):
+        return type(value)(_owned(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return np.array(value, dtype=value.dtype, order="C")
+    return value

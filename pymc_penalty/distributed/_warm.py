@@ -17,6 +17,7 @@ shards' row counts are public (the relation keeps every shard's size) and give t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -26,16 +27,26 @@ import numpy as np
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.distributed._setup import Run
 from pymc_penalty.distributed.shards import ShardPool
+from pymc_penalty.model.likelihood import likelihood_coordinates
 from pymc_penalty.planning.plan import (
     chain_starts,
     clip_tail,
     positive_definite,
     warm_start_report,
 )
+from pymc_penalty.planning.taylor_forecast import start_offset
 from pymc_penalty.sampling.adaptation.state import starting_proposal
+from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
+from pymc_penalty.warmstart.taylor import TAYLOR_FIRST_STAGE, taylor_oneshot_on, two_stage_oneshot
 
-__all__ = ["found_clip_start", "sharded_warm_start", "warm_header", "warm_report"]
+__all__ = [
+    "found_clip_start",
+    "sharded_taylor_oneshot",
+    "sharded_warm_start",
+    "warm_header",
+    "warm_report",
+]
 
 
 def sharded_warm_start(
@@ -80,6 +91,65 @@ def sharded_warm_start(
         )  # fmt: skip
     finally:
         r.ledger.release_unused()
+
+
+def sharded_taylor_oneshot(
+    pool: ShardPool,
+    r: Run,
+    warm: WarmStart,
+    *,
+    mu: float,
+    noise_rng: np.random.Generator | None = None,
+) -> TaylorModel:
+    """The Taylor path's one-shot release on the table of ``pool``'s shards, at the private
+    warm start's point, spending ``mu`` from the run's ledger in two stages, as
+    :func:`pymc_penalty.sample` does in-process
+    (:func:`~pymc_penalty.warmstart.taylor.two_stage_oneshot`; its unused reservation
+    returned after each stage, also when it stops).
+
+    Each release is committed to the driver's ledger before any shard is asked for the sum
+    it feeds; every shard returns its exact sum (histogram counts, or the clipped ``G`` and
+    ``H`` packed: rows clipped on the shard before they are summed) and the driver adds one
+    noise to the total, calibrated for the whole table (one row sits in one shard, every
+    term is one row's: the in-process sensitivities hold). The only row count used is the
+    warm start's public ``n_rows`` (``n``, or its released count under add/remove-one).
+
+    Parameters
+    ----------
+    pool : ShardPool
+        The started shards.
+    r : Run
+        The run (its model, relation and ledger).
+    warm : WarmStart
+        The private warm start (public): the expansion point and metric.
+    mu : float
+        Gaussian-DP ``mu`` of all the one-shot's releases.
+    noise_rng : numpy.random.Generator, optional
+        Source of the privacy noise; fresh from OS entropy by default (a seeded one only for
+        reproducible, non-private comparisons).
+
+    Returns
+    -------
+    TaylorModel
+        Its ``control`` is None: the rows' clipped coefficients stay on the shards.
+    """
+    data = pool.taylor_statistics()
+    reads = likelihood_coordinates(r.model, r.value_vars, r.point)
+    prior = LogPrior(r.model, r.value_vars, r.point)
+    noise = np.random.default_rng() if noise_rng is None else noise_rng
+
+    def stage(at: WarmStart, **kwargs: Any) -> TaylorModel:
+        try:
+            return taylor_oneshot_on(
+                data, at, reads=reads, prior=prior, relation=r.neighbours, ledger=r.ledger,
+                noise_rng=noise, **kwargs,
+            )  # fmt: skip
+        finally:
+            r.ledger.release_unused()
+
+    model, expand_at = two_stage_oneshot(stage, warm, float(mu) ** 2, TAYLOR_FIRST_STAGE)
+    # Where the chains start, in the expansion's metric (public; for the forecast).
+    return dataclasses.replace(model, start_offset=start_offset(model, expand_at.covariance))
 
 
 def warm_header(

@@ -38,6 +38,7 @@ from pymc_penalty.distributed.pool import DEFAULT_TIMEOUT, ActorPool, ActorSpec
 from pymc_penalty.errors import ShardError
 from pymc_penalty.privacy.precision import snap_count, snap_noisy
 from pymc_penalty.warmstart.statistics import SummedStatistics
+from pymc_penalty.warmstart.taylor_terms import SummedTaylorTerms
 
 __all__ = ["ShardPool", "driver_secret", "shard_loaders", "shard_names"]
 
@@ -206,6 +207,7 @@ class ShardPool(ActorPool):
         count_sds: np.ndarray,
         mu2: np.ndarray | None = None,
         step: int | None = None,
+        residual: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The whole table's noisy release for every chain of one step.
 
@@ -229,6 +231,10 @@ class ShardPool(ActorPool):
         step : int, optional
             The step id (the next one by default). A step already released with the same
             points returns the identical values; with other points it is refused.
+        residual : bool, default False
+            Release the clipped sums of the rows' residuals after the Taylor model of
+            :meth:`taylor_control` (the Taylor path's step) instead of their log-likelihood
+            ratios (part of the request's digest: the two never share noise).
 
         Returns
         -------
@@ -249,7 +255,8 @@ class ShardPool(ActorPool):
         sigma = np.broadcast_to(np.asarray(sigmas, dtype=np.float64).reshape(-1), (chains,))
         count_sd = float(np.asarray(count_sds, dtype=np.float64).reshape(-1)[0])
         key = (self.run, step)
-        step_digest = digest(x0s, x1s, bounds, sigma, np.array([count_sd]))
+        request = [x0s, x1s, bounds, sigma, np.array([count_sd])]
+        step_digest = digest(*request, *([np.array([1.0])] if residual else []))
         known = self.journal.points.get(key)
         if known is not None and known != step_digest:
             raise ShardError(
@@ -258,7 +265,7 @@ class ShardPool(ActorPool):
             )
         replies = self._ask_all(
             f"compute step {step}",
-            lambda _, actor: actor.partial_sums(self.run, step, x0s, x1s, bounds),
+            lambda _, actor: actor.partial_sums(self.run, step, x0s, x1s, bounds, residual),
         )
         sums, counts = np.zeros(chains), np.zeros(chains)
         for name, reply in replies:
@@ -315,6 +322,53 @@ class ShardPool(ActorPool):
             return [reply for _, reply in replies]
 
         return SummedStatistics(ask, len(self.names), neighbours)
+
+    def taylor_statistics(self) -> SummedTaylorTerms:
+        """The Taylor one-shot's reads of the whole table: every shard's exact sums
+        (:meth:`~pymc_penalty.distributed._service.ShardService.taylor_statistic`), added
+        here for :func:`~pymc_penalty.warmstart.taylor.taylor_oneshot_on`, which charges the
+        driver's ledger for each release before it asks and adds one noise to the total. A
+        shard's reply is a histogram of the public edges' length or the ``k`` or
+        ``k + k (k + 1) / 2`` packed clipped sums, whatever its rows; any other reply stops
+        the run (:class:`ShardError`).
+
+        Returns
+        -------
+        SummedTaylorTerms
+        """
+
+        def shape(name: str, args: tuple) -> tuple[int]:
+            if name == "clipped_sums":
+                e = args[0]
+                k = int(np.shape(e.L)[0])
+                return (k + k * (k + 1) // 2,) if e.order == 2 else (k,)
+            return (len(args[-1]) + 1,)  # the counts of the public edges' bins
+
+        def ask(name: str, args: tuple) -> list:
+            what = f"compute the Taylor one-shot's {name.replace('_', ' ')}"
+            replies = list(self._ask_all(what, lambda _, actor: actor.taylor_statistic(name, args)))
+            if name == "forget":
+                return [None for _ in replies]
+            for shard, reply in replies:
+                if np.shape(reply) != shape(name, args):
+                    raise ShardError(f"Shard {shard!r} replied with a malformed Taylor sum.")
+            return [reply for _, reply in replies]
+
+        return SummedTaylorTerms(ask)
+
+    def taylor_control(self, e: Any, c_g: float, c_H: float | None) -> None:
+        """Make every shard hold the likelihood of its rows' residuals after their clipped
+        Taylor model at the public expansion ``e`` (a
+        :class:`~pymc_penalty.warmstart.taylor_terms.Expansion`) and clips ``c_g``, ``c_H``
+        (the one-shot's): :meth:`release` with ``residual=True`` then releases the Taylor
+        path's steps. Reads the rows (their Taylor terms, where a shard no longer holds the
+        one-shot's) but releases nothing: each shard answers its name."""
+        for name, reply in self._ask_all(
+            "compile its Taylor residuals",
+            lambda _, actor: actor.taylor_control(e, c_g, c_H),
+        ):
+            if reply != name:
+                raise ShardError(f"Shard {name!r} replied with something other than its name.")
 
     def computed(self) -> dict[str, dict[str, int]]:
         """Per shard, how many times its worker computed each step id (a measurement of

@@ -102,8 +102,9 @@ class TaylorModel:
     point, covariance : ndarray
         The chains' start and proposal metric: one Newton step on the released model and the
         exact prior from ``t``.
-    control : RowControl
-        The rows' clipped coefficients (private).
+    control : RowControl or None
+        The rows' clipped coefficients (private); None where the rows are on shards, which
+        keep them (:meth:`~pymc_penalty.distributed.shards.ShardPool.taylor_control`).
     index : ndarray of int, optional
         The coordinates the rows' log-likelihood depends on
         (:func:`~pymc_penalty.model.likelihood.likelihood_coordinates`): the Taylor model,
@@ -132,7 +133,7 @@ class TaylorModel:
     releases: int
     point: np.ndarray
     covariance: np.ndarray
-    control: RowControl
+    control: RowControl | None
     index: np.ndarray | None = None
     probe_length: float = float("nan")
     noise_length: float = float("nan")

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import WarmStartRefused
-from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.taylor import clips as tc
 from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import WarmStart, WarmStartTarget
+from pymc_penalty.warmstart.taylor_terms import Expansion, RowTaylorTerms, TaylorStatistics
 
 __all__ = [
     "FIRST_STAGE_SHARES",
@@ -42,6 +43,8 @@ __all__ = [
     "TAYLOR_TUNE",
     "taylor_moves_per_draw",
     "taylor_oneshot",
+    "taylor_oneshot_on",
+    "two_stage_oneshot",
 ]
 
 #: Share of what the screen and the warm start leave (``mu^2``) spent on the one-shot
@@ -124,7 +127,6 @@ _FACTOR_G, _FACTOR_H = 2.0, 3.0
 _RESIDUAL_TAIL = 1e-3  # the residual clip aims at this fraction of the rows at the probes
 _RESIDUAL_FACTOR = 2.0  # times the noisy tail edge (the chain's moves differ from the probes)
 _PROBES = 8
-_FD_STEP = 1e-2  # finite-difference step in whitened units (posterior sds)
 
 
 def _oneshot_clip(
@@ -168,58 +170,20 @@ def _oneshot_clip(
     return max(clip, tc.clip_by_tail(edges, counts, sd, tail=aim))
 
 
-def _stage_clips(g, h_packed, mu_hist_g, mu_hist_h, mus, noise, relation, rows, k):
+def _stage_clips(data, e, mu_hist_g, mu_hist_h, mus, noise, relation, rows):
     """The one-shot clips ``(c_g, c_H)`` from noisy histograms of the rows' gradient and
     Hessian norms (``c_H`` None for a first-order model), each charged before the call."""
+    k = e.L.shape[0]
     scale = math.sqrt(k / max(rows, 1.0))
     e_g = tc.geometric_edges(scale, -24, 56, 4)
-    with np.errstate(over="ignore", invalid="ignore"):  # a norm past the float range: top bin
-        norms_g = np.where(np.all(np.isfinite(g), axis=1), np.linalg.norm(g, axis=1), 0.0)
-    cnt, sd = tc.noisy_histogram(norms_g, e_g, mu_hist_g, noise, relation)
+    cnt, sd = tc.noisy_counts(data.norm_counts(e, "g", e_g), mu_hist_g, noise, relation)
     c_g = _oneshot_clip(e_g, cnt, sd, mus["G"], k, relation, rows, _FACTOR_G)
-    if h_packed is None:
+    if e.order == 1:
         return c_g, None
     e_h = tc.geometric_edges(scale**2, -24, 56, 4)
-    ok = np.all(np.isfinite(h_packed), axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        h_ok = np.where(ok[:, None], h_packed, 0.0)
-        norms_h = np.where(ok, tl.packed_frobenius(h_ok, k), 0.0)
-    cnt, sd = tc.noisy_histogram(norms_h, e_h, mu_hist_h, noise, relation)
+    cnt, sd = tc.noisy_counts(data.norm_counts(e, "H", e_h), mu_hist_h, noise, relation)
     c_H = _oneshot_clip(e_h, cnt, sd, mus["H"], k * (k + 1) // 2, relation, rows, _FACTOR_H)
     return c_g, c_H
-
-
-def _row_terms(lik: Any, t: np.ndarray, L: np.ndarray, index: np.ndarray, n: int, order: int):
-    """Per-row whitened gradients (n, k) and packed Hessians (n, k(k+1)/2) or None in
-    ``u = L^-1 (x - t)[index]``, by central finite differences of each row's log-likelihood
-    (row-local)."""
-    d = L.shape[0]
-    h = _FD_STEP
-
-    def ll(w: np.ndarray) -> np.ndarray:
-        x = t.copy()
-        x[index] += L @ w
-        out, _ = lik.initial(x, n)
-        return np.asarray(out, dtype=np.float64)
-
-    e = np.eye(d) * h
-    with np.errstate(invalid="ignore", over="ignore"):
-        plus = [ll(e[j]) for j in range(d)]
-        minus = [ll(-e[j]) for j in range(d)]
-        g = np.stack([(plus[j] - minus[j]) / (2.0 * h) for j in range(d)], axis=1)
-        if order == 1:
-            return g, None
-        centre = ll(np.zeros(d))
-        j_idx, k_idx = tl.packed_index(d)
-        cols = []
-        for j, k in zip(j_idx, k_idx, strict=True):
-            if j == k:
-                cols.append((plus[j] - 2.0 * centre + minus[j]) / h**2)
-            else:
-                pp_, pm_ = ll(e[j] + e[k]), ll(e[j] - e[k])
-                mp_, mm_ = ll(-e[j] + e[k]), ll(-e[j] - e[k])
-                cols.append((pp_ - pm_ - mp_ + mm_) / (4.0 * h**2))
-    return g, np.stack(cols, axis=1)
 
 
 def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, order):
@@ -301,6 +265,44 @@ def far_from_expansion(model: TaylorModel, covariance: np.ndarray) -> bool:
     return bool(lam.min() < FAR_SCALE**-2 or lam.max() > FAR_SCALE**2)
 
 
+def two_stage_oneshot(
+    oneshot: Callable[..., TaylorModel],
+    warm: WarmStart,
+    oneshot_mu2: float,
+    first_stage: float = TAYLOR_FIRST_STAGE,
+) -> tuple[TaylorModel, WarmStart]:
+    """The one-shot in two stages (docs/algorithm.md, "Two stages"): the released model, its
+    ``mu`` and release count covering both, and the expansion its second stage used.
+
+    ``oneshot(warm, mu=..., **stage)`` is one stage (:func:`taylor_oneshot` on the rows, with
+    the caller's ledger and noise; ``stage``: its ``previous``, ``residual``, ``clip_mu`` and
+    ``shares``). The first spends ``first_stage`` (:data:`TAYLOR_FIRST_STAGE`) of
+    ``oneshot_mu2`` at the warm start; the second the rest, at the first's released mode and
+    covariance where they are far from the warm start's (:func:`far_from_expansion`), else at
+    the same point and clips, combined with the first.
+    """
+    first = oneshot(
+        warm,
+        mu=math.sqrt(oneshot_mu2 * first_stage),
+        residual=False,
+        clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
+        shares=FIRST_STAGE_SHARES,
+    )
+    rest = math.sqrt(oneshot_mu2 * (1.0 - first_stage))
+    if far_from_expansion(first, warm.covariance):  # expand again where the first points
+        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
+        second = oneshot(expand_at, mu=rest)
+    else:  # the same sums again, combined with the first's
+        expand_at = warm
+        second = oneshot(warm, mu=rest, previous=first)
+    both = dataclasses.replace(
+        second,
+        mu=math.sqrt(first.mu**2 + second.mu**2),
+        releases=first.releases + second.releases,
+    )
+    return both, expand_at
+
+
 def taylor_oneshot(
     target: WarmStartTarget,
     warm: WarmStart,
@@ -356,12 +358,71 @@ def taylor_oneshot(
     WarmStartRefused
         If the ledger refuses a release.
     """
+    return taylor_oneshot_on(
+        RowTaylorTerms(target.likelihood, target.n),
+        warm,
+        reads=target.likelihood.reads,
+        prior=target.prior,
+        relation=target.relation,
+        mu=mu,
+        ledger=ledger,
+        order=order,
+        noise_rng=noise_rng,
+        previous=previous,
+        residual=residual,
+        clip_mu=clip_mu,
+        shares=shares,
+    )
+
+
+def taylor_oneshot_on(
+    data: TaylorStatistics,
+    warm: WarmStart,
+    *,
+    reads: np.ndarray,
+    prior: Any,
+    relation: Neighbours,
+    mu: float,
+    ledger: Any,
+    order: int | str = "auto",
+    noise_rng: np.random.Generator | None = None,
+    previous: TaylorModel | None = None,
+    residual: bool = True,
+    clip_mu: float | None = None,
+    shares: dict[str, float] | None = None,
+) -> TaylorModel:
+    """:func:`taylor_oneshot` reading the rows only through ``data``'s sums.
+
+    Parameters
+    ----------
+    data : TaylorStatistics
+        The rows' sums (:class:`~pymc_penalty.warmstart.taylor_terms.RowTaylorTerms` here,
+        :class:`~pymc_penalty.warmstart.taylor_terms.SummedTaylorTerms` over shards); each
+        asked after the release it feeds is charged.
+    warm : WarmStart
+        As :func:`taylor_oneshot`; its ``n_rows`` (``n``, or the released count under
+        add/remove-one) is the only row count used.
+    reads : ndarray of bool
+        Which raveled coordinates the rows read
+        (:func:`~pymc_penalty.model.likelihood.likelihood_coordinates`: model structure).
+    prior : LogPrior
+        The exact log prior (the released mode search).
+    relation : Neighbours
+    mu, ledger, order, noise_rng, previous, residual, clip_mu, shares
+        As :func:`taylor_oneshot`.
+
+    Returns
+    -------
+    TaylorModel
+        Its ``control`` is ``data.control(...)``: the rows' clipped coefficients where they
+        are in this process, else None (they stay with the rows).
+    """
     noise = np.random.default_rng() if noise_rng is None else noise_rng
     t = np.asarray(warm.point, dtype=np.float64)
     d = t.size
     # The Taylor model lives on the coordinates the rows read (a hyperparameter only the
     # prior sees gets neither Taylor terms nor their noise).
-    index = np.flatnonzero(target.likelihood.reads)
+    index = np.flatnonzero(reads)
     if index.size == 0:
         index = np.arange(d)
     k = index.size
@@ -376,8 +437,8 @@ def taylor_oneshot(
         order = 2 if k <= MAX_SECOND_ORDER_DIM else 1
     if order not in (1, 2):
         raise ValueError(f"order must be 1, 2 or 'auto', got {order!r}")
-    relation = "add_remove" if target.relation is Neighbours.ADD_REMOVE else "substitute"
-    n = target.n
+    e = Expansion(t, L, index, int(order))
+    relation = "add_remove" if relation is Neighbours.ADD_REMOVE else "substitute"
     rows = float(warm.n_rows)  # public: n, or the released count under add/remove-one
     shares = dict(ONESHOT_SHARES if shares is None else shares)
     if order == 1:
@@ -402,17 +463,14 @@ def taylor_oneshot(
         spent[1] += 1
         return mus[name]
 
-    # Everything the releases read is computed after the first charge.
+    # Every sum of the data is asked after the releases it feeds are charged.
     scale = math.sqrt(k / max(rows, 1.0))
     if previous is not None:  # the same rows' terms: the earlier stage's clips
-        mu_G = charge("G")
-        g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
         c_g = previous.clip_g
         c_H = None if order == 1 else previous.clip_H
     else:
         mu_hist_g = charge("hist_g")
-        mu_hist_h = charge("hist_h") if order == 2 else 0.0  # before the Hessians are read
-        g, h_packed = _row_terms(target.likelihood, t, L, index, n, order)
+        mu_hist_h = charge("hist_h") if order == 2 else 0.0
         aim = mus
         if clip_mu is not None:  # as a one-stage release of clip_mu would aim them
             full = dict(ONESHOT_SHARES)
@@ -421,17 +479,15 @@ def taylor_oneshot(
             aim = {
                 name: math.sqrt(full[name]) * float(clip_mu) for name in ("G", "H") if name in full
             }
-        c_g, c_H = _stage_clips(g, h_packed, mu_hist_g, mu_hist_h, aim, noise, relation, rows, k)
-    coef, _, _ = tl.clip_packed_rows(g, h_packed, c_g, c_H)
-    del g, h_packed
-    if previous is None:
-        mu_G = charge("G")
+        c_g, c_H = _stage_clips(data, e, mu_hist_g, mu_hist_h, aim, noise, relation, rows)
+    mu_G = charge("G")
     mu_H = charge("H") if order == 2 else 0.0
-    release = tl.release_packed_sums(coef, k, c_g, c_H, mu_G, mu_H, noise, relation)
+    sums = data.clipped_sums(e, c_g, c_H)
+    release = tl.release_packed(sums, k, c_g, c_H, mu_G, mu_H, noise, relation)
     if previous is not None:
         release = tl.combine_releases(previous.release, release)
     embed = np.linalg.solve(L, L_full[index, :])  # u = embed v where x = t + L_full v
-    point, cov = _released_mode(release, target.prior, t, L_full, embed, order)
+    point, cov = _released_mode(release, prior, t, L_full, embed, order)
     model = TaylorModel(
         t=t,
         L=L,
@@ -444,7 +500,7 @@ def taylor_oneshot(
         releases=0,
         point=point,
         covariance=cov,
-        control=RowControl(t, L, coef, index),
+        control=data.control(e, c_g, c_H),
         index=index,
     )
 
@@ -453,31 +509,10 @@ def taylor_oneshot(
     # The residual clip r: a noisy histogram of each row's largest residual ratio over
     # public probe moves around the start, in the chains' own proposal scale.
     mu_hist_r = charge("hist_r")
-    probe = np.random.default_rng([27, d])  # public: fixed probes
-    chol = np.linalg.cholesky(cov)
-    features = model.control.values
-    ratio = np.zeros(n)
-    lengths, independent = [], []
-    probe_ind = np.random.default_rng([28, d])  # public: the independent moves' probes
-    for _ in range(_PROBES):
-        x0 = point + chol @ probe.standard_normal(d)
-        x1 = x0 + (2.38 / math.sqrt(d)) * (chol @ probe.standard_normal(d))
-        independent.append(model.residual_length(x0, model.independent_proposal(probe_ind, x0)[0]))
-        ll0, _ = target.likelihood.initial(x0, n)
-        ll1, _ = target.likelihood.initial(x1, n)
-        with np.errstate(invalid="ignore", over="ignore"):
-            rho = (np.asarray(ll1, np.float64) - features(model.whiten(x1))) - (
-                np.asarray(ll0, np.float64) - features(model.whiten(x0))
-            )
-        # A row not finite at a probe is clipped in the step whatever the bound: it does
-        # not move r (NaN or infinite: read as 0).
-        rho = np.where(np.isfinite(rho), np.abs(rho), 0.0)
-        lengths.append(model.residual_length(x0, x1))
-        with np.errstate(over="ignore"):  # an overflowed ratio: the top bin
-            ratio = np.maximum(ratio, rho / max(lengths[-1], 1e-300))
+    probes, lengths, independent = _residual_probes(model)
     e_r = tc.geometric_edges(scale ** (order + 1), -16, 32)
-    cnt, sd = tc.noisy_histogram(ratio, e_r, mu_hist_r, noise, relation)
-    del ratio
+    counts = data.residual_counts(e, c_g, c_H, probes, e_r)
+    cnt, sd = tc.noisy_counts(counts, mu_hist_r, noise, relation)
     r = _RESIDUAL_FACTOR * tc.clip_by_tail(e_r, cnt, sd, tail=_RESIDUAL_TAIL * rows)
     return dataclasses.replace(
         model,
@@ -487,3 +522,25 @@ def taylor_oneshot(
         probe_length=float(np.median(lengths)),
         noise_length=float(max(np.median(lengths), np.median(independent))),
     )
+
+
+def _residual_probes(model: TaylorModel) -> tuple[tuple, list[float], list[float]]:
+    """The residual clip's public probe moves around the released start, in the chains' own
+    proposal scale: ``((x0s, x1s, u0s, u1s, lengths), lengths, independent lengths)``
+    (``u``: the points whitened; the independent moves' lengths from the same starts)."""
+    point, d = model.point, model.point.size
+    probe = np.random.default_rng([27, d])  # public: fixed probes
+    probe_ind = np.random.default_rng([28, d])  # public: the independent moves' probes
+    chol = np.linalg.cholesky(model.covariance)
+    x0s, x1s, lengths, independent = [], [], [], []
+    for _ in range(_PROBES):
+        x0 = point + chol @ probe.standard_normal(d)
+        x1 = x0 + (2.38 / math.sqrt(d)) * (chol @ probe.standard_normal(d))
+        independent.append(model.residual_length(x0, model.independent_proposal(probe_ind, x0)[0]))
+        lengths.append(model.residual_length(x0, x1))
+        x0s.append(x0)
+        x1s.append(x1)
+    x0s, x1s = np.array(x0s), np.array(x1s)
+    u0s = np.array([model.whiten(x) for x in x0s])
+    u1s = np.array([model.whiten(x) for x in x1s])
+    return (x0s, x1s, u0s, u1s, np.array(lengths)), lengths, independent

@@ -47,6 +47,8 @@ __all__ = [
     "oneshot_sensitivities",
     "packed_frobenius",
     "packed_index",
+    "packed_sums",
+    "release_packed",
     "release_packed_sums",
     "release_sums",
     "residual_bound",
@@ -279,6 +281,38 @@ def clip_packed_rows(
     return np.concatenate([gc, h_packed * fH[:, None]], axis=1), fg < 1.0, fH < 1.0
 
 
+def packed_sums(coef: np.ndarray, d: int) -> np.ndarray:
+    """The exact column sums of packed coefficients (:func:`clip_packed_rows`): ``G`` then,
+    for a second-order model, ``H`` packed (:func:`packed_index`), one vector of ``d`` or
+    ``d + d (d + 1) / 2`` values. The sums of disjoint sets of rows add up to their union's:
+    a sharded table's are its shards' summed."""
+    coef = np.asarray(coef, dtype=float)
+    if coef.shape[1] <= d:
+        return coef[:, :d].sum(axis=0)
+    return np.concatenate([coef[:, :d].sum(axis=0), coef[:, d:].sum(axis=0)])
+
+
+def release_packed(
+    sums: np.ndarray,
+    d: int,
+    c_g: float,
+    c_H: float | None,
+    mu_G: float,
+    mu_H: float,
+    rng: np.random.Generator,
+    relation: Relation = "substitute",
+) -> TaylorRelease:
+    """:func:`release_sums` of exact packed sums (:func:`packed_sums`)."""
+    sums = np.asarray(sums, dtype=float)
+    G, H = sums[:d], None
+    if c_H is not None and sums.size > d:
+        j, k = packed_index(d)
+        H = np.zeros((d, d))
+        H[j, k] = sums[d:]
+        H = H + np.triu(H, 1).T
+    return _noisy_sums(G, H, c_g, c_H, mu_G, mu_H, rng, relation)
+
+
 def release_packed_sums(
     coef: np.ndarray,
     d: int,
@@ -290,14 +324,7 @@ def release_packed_sums(
     relation: Relation = "substitute",
 ) -> TaylorRelease:
     """:func:`release_sums` for packed coefficients (:func:`clip_packed_rows`)."""
-    coef = np.asarray(coef, dtype=float)
-    G, H = coef[:, :d].sum(axis=0), None
-    if c_H is not None and coef.shape[1] > d:
-        j, k = packed_index(d)
-        H = np.zeros((d, d))
-        H[j, k] = coef[:, d:].sum(axis=0)
-        H = H + np.triu(H, 1).T
-    return _noisy_sums(G, H, c_g, c_H, mu_G, mu_H, rng, relation)
+    return release_packed(packed_sums(coef, d), d, c_g, c_H, mu_G, mu_H, rng, relation)
 
 
 def oneshot_sensitivities(

@@ -20,7 +20,9 @@ __all__ = [
     "clip_by_scale",
     "clip_by_tail",
     "geometric_edges",
+    "histogram_counts",
     "histogram_sensitivity",
+    "noisy_counts",
     "noisy_histogram",
     "noisy_quantile",
 ]
@@ -43,6 +45,27 @@ def geometric_edges(unit: float, low: int = -12, high: int = 16, per_octave: int
     return float(unit) * 2.0 ** (k / per_octave)
 
 
+def histogram_counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Exact counts of ``values`` in ``(-inf, e_0], (e_0, e_1], ..., (e_last, inf)``, as
+    floats (a NaN value counts in the top bin). Counts of disjoint sets of rows add up to the
+    counts of their union: a sharded table's histogram is its shards' counts summed."""
+    v = np.asarray(values, dtype=float)
+    v = np.where(np.isnan(v), np.inf, v)
+    idx = np.searchsorted(edges, v, side="left")
+    return np.bincount(idx, minlength=len(edges) + 1).astype(float)
+
+
+def noisy_counts(
+    counts: np.ndarray, mu: float, rng: np.random.Generator, relation: Relation = "substitute"
+) -> tuple[np.ndarray, float]:
+    """Release exact histogram counts (:func:`histogram_counts`) with Gaussian noise:
+    ``(noisy counts, noise sd)``, ``mu``-GDP, the noisy counts on the integers, as every
+    published noisy count (:func:`pymc_penalty.privacy.precision.snap_count`)."""
+    counts = np.asarray(counts, dtype=float)
+    sd = histogram_sensitivity(relation) / float(mu)
+    return snap_count(counts + rng.normal(0.0, sd, size=counts.shape)), sd
+
+
 def noisy_histogram(
     values: np.ndarray,
     edges: np.ndarray,
@@ -53,15 +76,9 @@ def noisy_histogram(
     """Release counts of ``values`` in ``(-inf, e_0], (e_0, e_1], ..., (e_last, inf)``.
 
     A NaN value counts in the top bin. Returns ``(noisy counts, noise sd)``; the release is
-    ``mu``-GDP. The noisy counts are on the integers, as every published noisy count
-    (:func:`pymc_penalty.privacy.precision.snap_count`).
+    ``mu``-GDP (:func:`histogram_counts`, then :func:`noisy_counts`).
     """
-    v = np.asarray(values, dtype=float)
-    v = np.where(np.isnan(v), np.inf, v)
-    idx = np.searchsorted(edges, v, side="left")
-    counts = np.bincount(idx, minlength=len(edges) + 1).astype(float)
-    sd = histogram_sensitivity(relation) / float(mu)
-    return snap_count(counts + rng.normal(0.0, sd, size=counts.shape)), sd
+    return noisy_counts(histogram_counts(values, edges), mu, rng, relation)
 
 
 def _denoised(counts: np.ndarray, sd: float, k: float) -> np.ndarray:
