@@ -27,6 +27,7 @@ __all__ = [
     "data_model",
     "logistic_rows",
     "median_interval_ms",
+    "median_release_ms",
     "print_provenance",
     "quiet_logs",
     "rows_loader",
@@ -76,27 +77,36 @@ def data_model(rows: dict[str, np.ndarray] | None = None) -> pm.Model:
 
 
 @contextlib.contextmanager
-def step_starts(pool: Any) -> Iterator[list[float]]:
-    """The times at which ``pool.release`` is called inside the block (one call per step:
-    proposals, ledger charge and journal, the parties' calls, the decisions all fall between
-    two). ``pool.release`` is restored after."""
-    starts: list[float] = []
+def step_starts(pool: Any) -> Iterator[list[tuple[float, float]]]:
+    """The ``(start, end)`` times of each ``pool.release`` call inside the block (one call
+    per step: proposals, ledger charge and journal, the parties' calls, the decisions all
+    fall between two starts; the call itself is the parties' round trip plus the driver's
+    noise and journal). ``pool.release`` is restored after."""
+    spans: list[tuple[float, float]] = []
     release = pool.release
 
     def timed(*args, **kwargs):
-        starts.append(time.perf_counter())
-        return release(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return release(*args, **kwargs)
+        finally:
+            spans.append((start, time.perf_counter()))
 
     pool.release = timed
     try:
-        yield starts
+        yield spans
     finally:
         pool.release = release
 
 
-def median_interval_ms(starts: list[float]) -> float:
-    """Median milliseconds between successive steps (:func:`step_starts`)."""
-    return float(np.median(np.diff(starts))) * 1e3
+def median_interval_ms(spans: list[tuple[float, float]]) -> float:
+    """Median milliseconds between successive steps' starts (:func:`step_starts`)."""
+    return float(np.median(np.diff([start for start, _ in spans]))) * 1e3
+
+
+def median_release_ms(spans: list[tuple[float, float]]) -> float:
+    """Median milliseconds of one ``pool.release`` call (:func:`step_starts`)."""
+    return float(np.median([end - start for start, end in spans])) * 1e3
 
 
 def quiet_logs() -> None:

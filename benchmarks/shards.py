@@ -8,7 +8,10 @@ seeds), all chains of a step batched. In-process is ``PenaltyMetropolis`` on the
 each shard's rows generated on its worker (never in the driver); per step is the median
 interval between successive steps' calls (proposals, ledger charge, journal, the shards'
 partial sums, the noise, the decisions). The round trip is the sharded step at n = 1e3 per
-shard, where the rows cost nearly nothing.
+shard, where the rows cost nearly nothing, in parts (``round_trip_parts``): the
+``pool.release`` call (the shards' replies plus the driver's noise and journal), the driver's
+own work between calls (proposals, ledger, decisions) and an empty call to every shard
+(Dask's own round trip, no computing).
 
 Memory: the driver's peak resident set (``ru_maxrss``) is read after the sharded runs and
 before any in-process table exists (imports included; ``driver_import_mb`` is the peak after
@@ -27,7 +30,8 @@ the repository root. ``--quick``: n = 2e4, 4 chains (about a minute). The full r
 and 1e6, 16 chains. The last line is
 ``RESULT {"rows": [{n, chains, config, ms_per_step, ratio}], "driver_peak_mb",
 "driver_import_mb", "driver_peak_mb_by_n", "driver_growth_mb", "worker_peak_mb",
-"round_trip_ms", "per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
+"round_trip_ms", "round_trip_parts": {ms, release_ms, driver_ms, empty_call_ms},
+"per_row_us", "extrapolated_1e9_64_ms_per_step"}``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import json
 import os
 import resource
 import sys
+import time
 import warnings
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -61,21 +66,40 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def sharded_ms(n: int, workers: int, chains: int, steps: int) -> tuple[float, list[float]]:
-    """Median ms per step of sample_sharded with ``workers`` shards of n / workers rows, and
-    each worker's peak resident set in MB."""
+def _empty_call_ms(pool: ShardPool, calls: int = 30) -> float:
+    """Median ms of one call to every shard that computes nothing (each actor's ``ready``),
+    sent and awaited as a step's calls are (the pool's own fan-out; a private method: this
+    measures the pool's internals)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        list(pool._ask_all("answer", lambda _, actor: actor.ready()))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
+def sharded_ms(n: int, workers: int, chains: int, steps: int) -> tuple[dict, list[float]]:
+    """ms per step of sample_sharded with ``workers`` shards of n / workers rows (``ms``:
+    the median interval between steps; ``release_ms``: the median ``pool.release`` call,
+    i.e. the shards' round trip plus the driver's noise and journal; ``driver_ms``: the
+    rest of a step, the driver's proposals, ledger and decisions; ``empty_call_ms``: a call
+    to every shard that computes nothing), and each worker's peak resident set in MB."""
     n_k = n // workers
     loaders = [rows_loader(n_k, k, **ROWS) for k in range(workers)]
     model = data_model()
     with ShardPool(loaders, model, model.value_vars, model.initial_point()) as pool:
-        with dask_common.step_starts(pool) as starts, warnings.catch_warnings():
+        with dask_common.step_starts(pool) as spans, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sample_sharded(
                 loaders, model=model, pool=pool, epsilon=1e6, delta=1e-5, draws=steps, tune=0,
                 chains=chains, clip=1.0, S=np.full(D, 0.02), random_seed=1,
             )  # fmt: skip
+        empty = _empty_call_ms(pool)
         peaks = pool.client.run(_max_rss_mb)
-    return dask_common.median_interval_ms(starts), [float(v) for v in peaks.values()]
+    ms = dask_common.median_interval_ms(spans)
+    release = dask_common.median_release_ms(spans)
+    parts = {"ms": ms, "release_ms": release, "driver_ms": ms - release, "empty_call_ms": empty}
+    return parts, [float(v) for v in peaks.values()]
 
 
 def in_process_ms(n: int, chains: int, steps: int) -> float:
@@ -102,12 +126,18 @@ def main(argv: list[str] | None = None) -> None:
     chains = args.chains or (4 if args.quick else 16)
     steps = args.steps or (20 if args.quick else 15)
     rows, worker_peak = [], 0.0
-    round_trip, _ = sharded_ms(2 * 1000, 2, chains, steps)
-    print(f"round trip (2 workers, 1e3 rows each, {chains} chains): {round_trip:.2f} ms/step")
+    parts, _ = sharded_ms(2 * 1000, 2, chains, steps)
+    round_trip = parts["ms"]
+    print(
+        f"round trip (2 workers, 1e3 rows each, {chains} chains): {round_trip:.2f} ms/step: "
+        f"release {parts['release_ms']:.2f} ms (an empty call to both shards "
+        f"{parts['empty_call_ms']:.2f} ms), the driver's own {parts['driver_ms']:.2f} ms"
+    )
     peak_by_n = {2000: _max_rss_mb()}
     for n in sizes:
         for workers in (1, 2):
-            ms, peaks = sharded_ms(n, workers, chains, steps)
+            parts_n, peaks = sharded_ms(n, workers, chains, steps)
+            ms = parts_n["ms"]
             worker_peak = max(worker_peak, *peaks)
             rows.append(
                 {"n": n, "chains": chains, "config": f"{workers}_workers", "ms_per_step": ms}
@@ -146,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         "driver_growth_mb": peak_by_n[sizes[-1]] - peak_by_n[2000],
         "worker_peak_mb": worker_peak,
         "round_trip_ms": round_trip,
+        "round_trip_parts": parts,
         "per_row_us": per_row_us,
         "extrapolated_1e9_64_ms_per_step": extrapolated,
     }

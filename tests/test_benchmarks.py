@@ -303,6 +303,11 @@ def check_shards(res: dict) -> None:
         assert r["ratio"] == pytest.approx(r["ms_per_step"] / base)
     assert all(_positive(res[k]) for k in ("driver_peak_mb", "worker_peak_mb", "round_trip_ms"))
     assert res["driver_import_mb"] <= res["driver_peak_mb"]
+    # The round trip's parts: the step is the release call plus the driver's own work.
+    parts = res["round_trip_parts"]
+    assert parts["ms"] == res["round_trip_ms"] and _positive(parts["empty_call_ms"])
+    assert parts["driver_ms"] == pytest.approx(parts["ms"] - parts["release_ms"])
+    assert 0.0 < parts["release_ms"] and parts["empty_call_ms"] < 10 * parts["release_ms"]
     # The driver's peak after the round trip and after each n (JSON keys are strings); a peak
     # never falls, and the growth is the last less the first.
     by_n = res["driver_peak_mb_by_n"]
