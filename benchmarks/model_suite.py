@@ -762,7 +762,7 @@ The models, methods and columns are described in the module docstring of
 equal-tailed interval, pooled over the data sets and parameters of the cell, +- its binomial
 standard error. The `nuts` rows give NUTS's own coverage (their epsilon is `-`: not private).
 `converged` is the fraction of runs whose report said "converged"; `-` for methods without a
-report. Delta is 1e-5, neighbours substitute-one.
+report. Delta is 1e-5, neighbours substitute-one (add/remove-one for `taylor_add_remove`).
 
 Issue 27's targets, per private cell: coverage in [{COVERAGE_BAND[0]}, {COVERAGE_BAND[1]}]
 (`cov`), smallest sd ratio at least {SD_RATIO_FLOOR} (`sd`), and the RMS error bound where the
@@ -806,7 +806,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--n", type=float, nargs="+", default=[1e4, 1e5])
     parser.add_argument("--eps", type=float, nargs="+", default=[0.5, 1.0, 2.0, 6.0])
-    parser.add_argument("--datasets", type=int, default=20, help="simulated data sets per cell")
+    parser.add_argument(
+        "--datasets", type=int, default=20, help="data sets per cell (--from-csv: those read)"
+    )
     parser.add_argument("--first-dataset", type=int, default=0, help="index of the first one")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), help=f"of {list(METHODS)}")
     parser.add_argument("--csv", default=None, help=f"per-run rows (default {DEFAULT_CSV})")
@@ -814,8 +816,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--docs-path", default=None, help=f"with --write-docs (default {DOCS_PATH})"
     )
-    parser.add_argument("--from-csv", help="summarise the rows of an earlier run's CSV instead")
-    parser.add_argument("--command", help="with --from-csv: the command that wrote the CSV")
+    parser.add_argument(
+        "--from-csv",
+        nargs="+",
+        help="summarise the rows of earlier runs' CSVs instead (a run repeated in a later file, "
+        "e.g. the NUTS reference of the same data set, is read once)",
+    )
+    parser.add_argument("--command", help="with --from-csv: the commands that wrote the CSVs")
     parser.add_argument("--seconds", type=float, default=math.nan, help="with --from-csv: its time")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK} (for CI)")
     args = parser.parse_args(argv)
@@ -835,7 +842,10 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     rows: list[dict] = []
     if args.from_csv:
-        rows, command = read_rows(args.from_csv), args.command or command
+        # --first-dataset and --datasets select the data sets read (all by default).
+        last = args.first_dataset + args.datasets
+        rows = [r for r in read_runs(args.from_csv) if args.first_dataset <= r["dataset"] < last]
+        command = args.command or command
     else:
         run_grid(args, path, rows)
     seconds = time.perf_counter() - t_start
@@ -857,6 +867,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     print("RESULT " + json.dumps(result, default=float))
     return 0
+
+
+def read_runs(paths: list[str]) -> list[dict]:
+    """The per-run rows of several CSVs (:func:`read_rows`), each run (model, n, epsilon,
+    method, data set) once: the first file's."""
+    seen, out = set(), []
+    for path in paths:
+        for row in read_rows(path):
+            key = (row["model"], row["n"], row["epsilon"], row["method"], row["dataset"])
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+    return out
 
 
 def read_rows(path: str) -> list[dict]:
