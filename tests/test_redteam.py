@@ -633,7 +633,7 @@ def test_add_remove_taylor_result_has_the_same_layout_for_n_and_n_plus_one_and_n
         "dp_r_hat_max", "dp_ess_bulk_min", "dp_epsilon", "dp_mu_spent", "dp_epsilon_spent",
         # released clips and what they set (the noise sds), from noisy histograms
         "dp_taylor_clip_g", "dp_taylor_clip_h", "dp_taylor_residual_clip",
-        "dp_taylor_noise_sd_g", "dp_taylor_noise_sd_h",
+        "dp_taylor_noise_sd_g", "dp_taylor_noise_sd_h", "dp_taylor_mean_noise_sd",
         # the chains' forecast, from the residual clip and the probes (released values)
         "dp_taylor_noise_sd", "dp_taylor_start_offset", "dp_forecast_ess",
         "dp_forecast_verdict",

@@ -134,8 +134,8 @@ def taylor_posterior(
             "The one-shot noise could not be integrated out of the chains' draws (too few "
             "draws, or a chain that did not move: their covariance is singular). The "
             "posterior is the chains' own, which targets the posterior tilted by that noise: "
-            "its intervals are too narrow by about the report's dp_taylor_noise_sd_g (in "
-            "posterior sds). Run longer chains.",
+            "its means carry an error of about the report's dp_taylor_mean_noise_sd (in "
+            "posterior sds) that its intervals leave out. Run longer chains.",
             UtilityWarning,
             stacklevel=3,
         )

@@ -203,6 +203,11 @@ class TaylorModel:
             "dp_taylor_residual_clip": float(self.residual_clip),
             "dp_taylor_noise_sd_g": float(self.release.sd_G),
             "dp_taylor_noise_sd_h": float(self.release.sd_H),
+            # The G noise's error of the means in the released posterior's sds (noise_sd_g
+            # is in whitened units: the same only where the whitening is the posterior's).
+            "dp_taylor_mean_noise_sd": tl.tilt_mean_sd(
+                self.covariance, self.L, self.release.sd_G, self.index
+            ),
         }
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "residual_sensitivity",
     "symmetric_noise",
     "taylor_log_ratio",
+    "tilt_mean_sd",
     "tilted_log_target",
     "whiten_rows",
 ]
@@ -506,6 +507,41 @@ def taylor_log_ratio(
         + float(residual_released)
         - 0.5 * float(noise_sd) ** 2
     )
+
+
+def tilt_mean_sd(
+    covariance: np.ndarray, L: np.ndarray, sd_G: float, index: np.ndarray | None = None
+) -> float:
+    """The one-shot ``G`` noise's sd on the posterior means, in posterior sds (RMS over the
+    coordinates).
+
+    The tilt ``xi . u`` with ``u = E (x - t)`` (``E x = L^-1 x[index]``) and ``xi ~ N(0,
+    sd_G^2 I)`` moves the mode of a Gaussian target of covariance ``C`` by ``C E' xi``, whose
+    sd on coordinate ``j`` is ``sd_G ||(C E')_j||``; over ``sqrt(C_jj)`` that is the error of
+    the ``j``-th mean the noise causes, in that target's sds. It equals ``sd_G`` where
+    ``L L' = C`` (the whitening is the posterior's), and is larger where the whitening is
+    narrower than the posterior (``sd_G`` is in whitened units). Public inputs only.
+
+    Parameters
+    ----------
+    covariance : ndarray, shape (d, d)
+        The target's covariance ``C`` (the released model's, every coordinate).
+    L : ndarray, shape (k, k)
+        The whitening factor on ``index``.
+    sd_G : float
+        The noise sd of each whitened coordinate of ``G``.
+    index : ndarray of int, optional
+        The coordinates ``u`` lives on (None: all ``d``, with ``k = d``).
+
+    Returns
+    -------
+    float
+    """
+    C = np.asarray(covariance, dtype=np.float64)
+    cols = np.arange(C.shape[0]) if index is None else np.asarray(index)
+    # (C E')' = E C = L^-1 C[index, :]
+    shift = float(sd_G) * np.linalg.norm(np.linalg.solve(np.asarray(L, float), C[cols, :]), axis=0)
+    return float(np.sqrt(np.mean(shift**2 / np.diag(C))))
 
 
 def tilted_log_target(
