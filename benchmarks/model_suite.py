@@ -243,17 +243,21 @@ Method = Callable[[Dataset, float, int, bool], tuple[dict[str, np.ndarray], dict
 
 @dataclass(frozen=True)
 class MethodEntry:
-    """A registered method and the models it applies to (``None``: every model)."""
+    """A registered method, the models it applies to (``None``: every model) and the
+    neighbour relation it runs under."""
 
     fn: Method
     models: tuple[str, ...] | None = None
+    neighbours: str = "substitute"
 
 
 METHODS: dict[str, MethodEntry] = {}
 """The methods by name; add one with :func:`register_method`."""
 
 
-def register_method(name: str, models: tuple[str, ...] | None = None):
+def register_method(
+    name: str, models: tuple[str, ...] | None = None, neighbours: str = "substitute"
+):
     """Register a method under ``name`` (a decorator), e.g. a future ``taylor`` path.
 
     Parameters
@@ -262,6 +266,8 @@ def register_method(name: str, models: tuple[str, ...] | None = None):
         The name ``--methods`` selects it by.
     models : tuple of str, optional
         The models it applies to; default every model.
+    neighbours : {"substitute", "add_remove"}
+        The neighbour relation it runs under (the summary's ``g_share`` reads it).
 
     Returns
     -------
@@ -270,7 +276,7 @@ def register_method(name: str, models: tuple[str, ...] | None = None):
     """
 
     def decorate(fn: Method) -> Method:
-        METHODS[name] = MethodEntry(fn, models)
+        METHODS[name] = MethodEntry(fn, models, neighbours)
         return fn
 
     return decorate
@@ -342,7 +348,7 @@ def run_taylor(ds: Dataset, epsilon: float, seed: int, quick: bool):
     return _run_method(ds, epsilon, seed, quick, "taylor")
 
 
-@register_method("taylor_add_remove")
+@register_method("taylor_add_remove", neighbours="add_remove")
 def run_taylor_add_remove(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``taylor`` under add/remove-one neighbours (``neighbours="add_remove"``): one row moves
     the one-shot's sums half as far as under substitute-one, at the cost of a released count.
@@ -571,6 +577,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                 eps_spent=float(np.mean([r.get("eps_spent", math.nan) for r in ok])),
                 wall_s=float(np.mean([r["wall_s"] for r in ok])),
                 noise_g=_rms_of(ok, "noise_sd_g"),
+                g_share=_g_share(ok, method, eps),
                 **_ess_figures(ok),
             )
         out.append(line)
@@ -584,6 +591,26 @@ def _rms_of(rows: list[dict], key: str) -> float:
     would give, in posterior sds, to set beside the cell's RMS error."""
     v = np.array([math.nan if r.get(key) is None else r[key] for r in rows], dtype=float)
     return float(np.sqrt(np.mean(v**2))) if np.isfinite(v).all() else math.nan
+
+
+def _g_share(rows: list[dict], method: str, epsilon: float | None) -> float:
+    """The median over runs of the one-shot ``G`` release's share of the run's ``mu^2``:
+    ``mu_G = k clip_g / noise_sd_g`` (``k`` = 2 substitute-one, 1 add/remove-one: the
+    method's relation) over the ``mu`` of ``(epsilon, DELTA)`` (NaN without a Taylor
+    one-shot)."""
+    from pymc_penalty.privacy.budget import PrivacyBudget
+
+    entry = METHODS.get(method)
+    if epsilon is None or entry is None:
+        return math.nan
+    k = 1.0 if entry.neighbours == "add_remove" else 2.0
+    mu = PrivacyBudget(float(epsilon), DELTA).mu
+    shares = [
+        (k * r["clip_g"] / r["noise_sd_g"] / mu) ** 2
+        for r in rows
+        if r.get("clip_g") is not None and r.get("noise_sd_g") and math.isfinite(r["clip_g"])
+    ]
+    return float(np.median(shares)) if shares else math.nan
 
 
 def _ess_figures(rows: list[dict]) -> dict[str, float]:
@@ -619,15 +646,15 @@ def table(cells: list[dict]) -> str:
     """The cells as a Markdown table."""
     head = (
         "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
-        "| one-shot G noise (sd) | sd ratio (min) "
+        "| one-shot G noise (sd) | G share of mu^2 | sd ratio (min) "
         "| 90% coverage | converged | bulk ESS min (forecast) | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
@@ -635,6 +662,7 @@ def table(cells: list[dict]) -> str:
         lines.append(
             f"| {c['model']} | {_n_label(c['n'])} | {eps} | {c['method']} | {data} "
             f"| {_fmt(c['rms'])} | {_fmt(c['median'])} | {_fmt(c['noise_g'])} "
+            f"| {_fmt(c['g_share'])} "
             f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
             f"| {_fmt(c['ess'], 0)} ({_fmt(c['forecast_ess'], 0)}) "

@@ -358,6 +358,8 @@ def check_model_suite(res: dict) -> None:
     # The Taylor path's one-shot G noise is read from its report; other methods have none.
     for method in ("taylor", "taylor_add_remove"):
         assert _positive(cells[method]["noise_g"]), cells[method]
+        # mu_G from the clip and the noise sd: a share of the run's mu^2, never above it.
+        assert 0.0 < cells[method]["g_share"] <= 1.0, cells[method]
     assert math.isnan(cells["penalty"]["noise_g"]) and math.isnan(cells["nuts"]["noise_g"])
     # The one-shot release spends the whole budget once; it has no chain to judge.
     assert cells["nss"]["eps_spent"] == 6.0 and math.isnan(cells["nss"]["converged"])
