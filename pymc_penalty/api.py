@@ -249,7 +249,10 @@ def sample(
         Its forecast (``dp_forecast_ess``, ``dp_forecast_verdict``) is made after the
         one-shot release, before the chains spend, from public values
         (:func:`pymc_penalty.planning.taylor_forecast.forecast_taylor`).
-        ``"penalty"``: the plain penalty walk (exact for the posterior itself).
+        ``"penalty"``: the plain penalty walk (exact for the posterior itself). With
+        ``shards``, ``"taylor"`` is an opt-in (``"auto"`` is ``"penalty"`` there): the
+        one-shot and the residual steps run on the shards
+        (:func:`pymc_penalty.distributed.sample_sharded`'s ``method``).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
         ``progressbar=False`` also silences the privacy progress lines (``pymc.penalty``
@@ -303,7 +306,7 @@ def sample(
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
-        skip = ("pm_sample_kwargs", "backend", "parties", "method", "taylor_tune")
+        skip = ("pm_sample_kwargs", "backend", "parties", "taylor_tune")
         return from_pp_sample({k: v for k, v in args.items() if k not in skip})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(

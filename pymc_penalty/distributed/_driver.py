@@ -5,6 +5,7 @@ penalty test on the summed releases."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from pymc_penalty.sampling.kernel import (
     info_stats,
     transition,
 )
+from pymc_penalty.sampling.taylor import TaylorModel, compare_moves, draw_move
 
 __all__ = ["DistributedSamplingError", "run_chains"]
 
@@ -69,6 +71,7 @@ def run_chains(
     party_stats: bool = True,
     starts: np.ndarray | None = None,
     found_clip: dict[str, Any] | None = None,
+    taylor: TaylorModel | None = None,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
 
@@ -80,6 +83,15 @@ def run_chains(
     each chain's clip starts there and moves in tuning with the chain's released clipped
     counts, as the penalty step's (``found_clip_adapter`` and ``adapt_found_clip`` of
     :mod:`pymc_penalty.sampling.adaptation.state`), recorded per step as ``dp_clip``.
+    ``taylor`` (a released :class:`~pymc_penalty.sampling.taylor.TaylorModel`; shards whose
+    :meth:`~pymc_penalty.distributed.shards.ShardPool.taylor_control` was built at its
+    expansion): the Taylor path's chains, as
+    :class:`~pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis` runs them in-process. The
+    bound is ``config.clip`` times :meth:`TaylorModel.residual_length`, the shards release
+    the clipped residual sums (``residual=True``), the released model's difference and any
+    Hastings term (public) are added to each release, and after tuning each chain draws its
+    moves by :func:`~pymc_penalty.sampling.taylor.draw_move`, with the independent moves'
+    share chosen once per chain by :func:`~pymc_penalty.sampling.taylor.compare_moves`.
     """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
@@ -121,6 +133,35 @@ def run_chains(
         else np.array(starts, dtype=np.float64).reshape(chains, -1)
     )
     logpriors = np.array([prior(x) for x in xs])
+    # The Taylor path's independent moves: each chain's share, chosen at its first step
+    # after tuning (public inputs), and each step's Hastings term.
+    move_shares: list[float | None] = [None] * chains
+    hastings = np.zeros(chains)
+
+    def sigma_of(length: float) -> float:
+        """A move's noise sd for its bound's length (as the in-process step computes it)."""
+        noise = release_noise(
+            config.clip, config.clip_mode, config.neighbours, length, mu=step_mu, count_share=share
+        )
+        return float(noise.sigma)
+
+    def propose(c: int, tuning: bool) -> tuple[np.ndarray, float]:
+        """Chain ``c``'s proposal and its Hastings term (public: its generator and the
+        tuned proposal)."""
+        walk = functools.partial(adapters[c].propose, rngs[c], xs[c])
+        if taylor is None or tuning:
+            return walk(), 0.0
+        if move_shares[c] is None:
+            scaled = adapters[c].scaling * adapters[c].chol
+            move_shares[c] = compare_moves(taylor, scaled, sigma_of).share
+        return draw_move(taylor, rngs[c], xs[c], float(move_shares[c]), walk)
+
+    def bound_length(c: int, x1: np.ndarray) -> float:
+        """The length the bound scales by (public: the two points)."""
+        if taylor is not None:
+            return taylor.residual_length(xs[c], x1)
+        return step_length(config.clip_mode, x1 - xs[c], adapters[c].chol)
+
     trace = np.empty((chains, steps, xs.shape[1]))
     names = ["scaling"] + (["dp_clip"] if found else [])
     if party_stats:
@@ -128,6 +169,7 @@ def run_chains(
     stats = {name: np.zeros((chains, steps)) for name in names}
     stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
     stopped = False
+    residual = {} if taylor is None else {"residual": True}
     for t in range(steps):
         trace[:, t] = xs
         if stopped:
@@ -135,10 +177,10 @@ def run_chains(
         tuning = t < plan.tune
         x1s = np.empty_like(xs)
         lengths = np.empty(chains)
-        for c, adapter in enumerate(adapters):
+        for c in range(chains):
             pending[c].start_step(tuning, lambda *held, c=c: tune_chain(c, *held))
-            x1s[c] = adapter.propose(rngs[c], xs[c])
-            lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
+            x1s[c], hastings[c] = propose(c, tuning)
+            lengths[c] = bound_length(c, x1s[c])
         chain_noise = release_noise(
             clips if found else config.clip, config.clip_mode, config.neighbours, lengths,
             mu=step_mu,
@@ -157,7 +199,7 @@ def run_chains(
             journal.add({"run": run, "step": t})
         mu2 = np.repeat(owner_mu[:, None] ** 2, chains, axis=1)
         try:
-            reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t)
+            reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t, **residual)
         except OwnerError as exc:
             report = _step_report(config, config.budget, None, math.nan, _released(stats))
             raise DistributedSamplingError(
@@ -175,6 +217,15 @@ def run_chains(
         d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
+        if taylor is not None:  # the released model's difference and Hastings term: public
+            d_hat = (
+                d_hat
+                + hastings
+                + [
+                    taylor.model_difference(taylor.whiten(x0), taylor.whiten(x1))
+                    for x0, x1 in zip(xs, x1s, strict=True)
+                ]
+            )
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c])) if party_stats else ()
             noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
