@@ -8,7 +8,9 @@ driver's ledger before a shard reads its rows for it.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import numpy as np
 import pymc as pm
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.slow
 
 DRIVER_PID = table.DRIVER_PID
 MU = 3.0  # the one-shot's mu
+CLIP_NUMERIC = 6.0  # a numeric clip (the plain walk's run being refused)
 
 client = table.shard_client  # the module's LocalCluster (2 workers)
 
@@ -248,3 +251,164 @@ def test_the_shards_residual_sums_are_the_in_process_compiled_ones(client):
         pool.taylor_control(e, c_g, c_H)
         shifted, _ = sharded(pool, np.inf)
     assert np.max(np.abs(shifted - free)) > 1.0
+
+
+# --- the Taylor path's chains on shards (sample_sharded(method="taylor")) ---------------------
+
+#: The chains' run: small, with the Taylor path's own settings (clip="auto" in its metric).
+TAYLOR_RUN = dict(draws=300, tune=150, chains=4, warm_start=0.2, warm_start_steps=6)
+
+
+def _taylor_on_shards(shards, **kwargs):
+    """``pp.sample(shards=..., method="taylor")`` of :func:`dask_table.normal_model`."""
+    import pymc_penalty as pp
+
+    return pp.sample(
+        shards=shards, model=table.normal_model(), epsilon=table.EPS, delta=table.DELTA,
+        method="taylor", **{**TAYLOR_RUN, **kwargs},
+    )  # fmt: skip
+
+
+def test_the_sharded_taylor_posterior_is_the_in_process_one(client):
+    """``pp.sample(shards=..., method="taylor")`` on two shards and in-process
+    ``pp.sample(method="taylor")`` on the concatenated table: the same report keys
+    (``dp_method``, every ``dp_taylor_*``, the forecast's) and bound, both publish the
+    noise-aware posterior beside the raw chains' (``posterior_tilted``), and the posterior
+    means agree within 4 combined MCSE (``dask_table.assert_same_posterior``: the sharded one
+    within 4 MCSE of the exact mean too, and the check has power), their sds within 20%.
+    The must-fail side: the same run on the table shifted by 0.3 (about 7 posterior sds)
+    lands more than that tolerance away."""
+    import arviz as az
+
+    import pymc_penalty as pp
+
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    shards = [loader_of(0), loader_of(1)]
+    dist = _taylor_on_shards(shards, cluster=client, random_seed=5)
+    local = pp.sample(
+        model=table.normal_model(y), epsilon=table.EPS, delta=table.DELTA, method="taylor",
+        random_seed=6, cores=1, progressbar=False, **TAYLOR_RUN,
+    )  # fmt: skip
+    for idata in (dist, local):
+        assert idata.attrs["dp_method"] == "taylor"
+        assert "posterior_tilted" in idata.groups() and idata.posterior.attrs["dp_noise_aware"]
+    keys = {k for k in local.attrs if k.startswith(("dp_taylor", "dp_forecast"))}
+    assert keys and keys <= set(dist.attrs)
+    assert dist.attrs["dp_sensitivity"] == local.attrs["dp_sensitivity"]
+    assert dist.attrs["dp_taylor_releases"] in (7, 9)  # two stages: combined, or far
+    table.assert_same_posterior(dist, local, y)
+    # and the same spread (sd estimates' error about 4% each at these ESS): a chain that
+    # counted the rows twice (ratios released where residuals belong, plus the model) is
+    # sqrt(2) too narrow
+    sds = [float(idata.posterior["mu"].std()) for idata in (dist, local)]
+    assert abs(sds[0] / sds[1] - 1.0) < 0.2, sds
+    # Gaussian rows' residuals after a second-order model are zero: the shards released
+    # residuals (their noisy clip counts near 0), not the rows' ratios (nearly all clipped
+    # at the residual's small bound)
+    assert float(dist.sample_stats["dp_clipped_count"].mean()) < 0.01 * y.size
+
+    shifted = _taylor_on_shards(
+        [table_loader((0,), 0.3), table_loader((1,), 0.3)], cluster=client, random_seed=5
+    )
+    means, mcses = [], []
+    for idata in (shifted, local):
+        means.append(float(idata.posterior["mu"].mean()))
+        mcses.append(float(az.mcse(idata.posterior["mu"])["mu"]))
+    assert abs(means[0] - means[1]) > 4 * math.hypot(*mcses)
+
+
+def test_a_bad_method_is_refused_before_anything_is_spent(client, tmp_path):
+    """An unknown ``method``, and ``method="taylor"`` without a warm start or outside the
+    metric clip mode, are refused with a clear error before any ledger is opened or any
+    shard read (the ledger file is not even created); ``pp.sample`` refuses the same."""
+    import pymc_penalty as pp
+    from pymc_penalty.distributed import sample_sharded
+    from pymc_penalty.errors import InvalidArgumentError
+
+    ledger_path = tmp_path / "run.ledger"
+    shards = [loader_of(0), loader_of(1)]
+    common = dict(model=table.normal_model(), epsilon=table.EPS, delta=table.DELTA,
+                  cluster=client, ledger_path=ledger_path)  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="method"):
+        sample_sharded(shards, method="bogus", **common)
+    with pytest.raises(InvalidArgumentError, match="warm_start"):
+        sample_sharded(shards, method="taylor", clip="auto", clip_mode="metric", **common)
+    with pytest.raises(InvalidArgumentError, match="clip_mode"):
+        sample_sharded(shards, method="taylor", warm_start=0.2, **common)
+    with pytest.raises(InvalidArgumentError, match="method"):
+        pp.sample(shards=shards, method="bogus", **common)
+    assert not ledger_path.exists()
+
+
+def test_a_killed_worker_then_resume_charges_every_release_once(tmp_path):
+    """The Taylor path on shards with a persistent ledger, a worker killed during the chains
+    (draws, where the independent moves run), then a resume. The ledger holds exactly an
+    independent count: the warm start's share of the budget, ``TAYLOR_SHARE`` of the rest
+    for the one-shot, and ``chains * mu^2`` per step (each step once, its ``mu`` the rest's
+    calibration), and so does every step's ``dp_mu``. The resume rebuilds the shards'
+    residuals from the journaled model and asks no shard for a warm-start or one-shot sum;
+    a resume with another ``method`` is refused first, without a charge. No reply the driver
+    received, in either run, holds a value per row."""
+    import pymc_penalty as pp
+    from pymc_penalty.distributed import DistributedSamplingError, sample_sharded
+    from pymc_penalty.warmstart.taylor import TAYLOR_SHARE
+
+    model = table.normal_model()
+    shards = [loader_of(0), loader_of(1)]
+    ledger_path = tmp_path / "run.ledger"
+    draws, tune, chains, share = 30, 20, 2, 0.2
+    kwargs = dict(
+        epsilon=table.EPS, delta=table.DELTA, draws=draws, tune=tune, chains=chains,
+        clip="auto", clip_mode="metric", warm_start=share, warm_start_steps=4,
+        method="taylor", model=model,
+    )  # fmt: skip
+    kill_at = tune + 12  # in the draws
+    asked: list[str] = []
+    original = ShardPool._ask_all
+
+    def spy(self, what, send):
+        asked.append(what)
+        return original(self, what, send)
+
+    with table.replies_received(ShardPool) as replies, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ShardPool, "_ask_all", spy)
+        with ShardPool(shards, model, model.value_vars, model.initial_point(), timeout=10) as pool:
+            pids = pool.client.run(os.getpid)
+            table.kill_before_step(pool, pids[pool.placement[1]], kill_at)
+            with pytest.raises(DistributedSamplingError, match="Shard 'shard-1'") as err:
+                sample_sharded(shards, pool=pool, ledger_path=ledger_path, **kwargs)
+        assert any("one-shot" in w for w in asked) and any("warm start" in w for w in asked)
+        run = err.value.run
+        budget_mu2 = pp.PrivacyBudget(table.EPS, table.DELTA).mu ** 2
+        before_chains = budget_mu2 * (share + (1 - share) * TAYLOR_SHARE)
+        header = next(
+            json.loads(s) for s in (tmp_path / "run.ledger.runs").read_text().splitlines()
+            if "owner_mu" in s
+        )  # fmt: skip
+        mu2 = header["owner_mu"][0] ** 2
+        chains_mu2 = budget_mu2 * (1 - share) * (1 - TAYLOR_SHARE)
+        assert (tune + draws) * chains * mu2 == pytest.approx(chains_mu2, rel=1e-6)
+        spent = PrivacyLedger.open(ledger_path).spent_mu2
+        assert spent == pytest.approx(before_chains + (kill_at + 1) * chains * mu2, rel=1e-9)
+
+        with pytest.raises(ValueError, match="`method` differs"):
+            sample_sharded(
+                shards, ledger_path=ledger_path, run=run,
+                **{**kwargs, "method": "penalty", "clip": CLIP_NUMERIC},
+            )  # fmt: skip
+        assert PrivacyLedger.open(ledger_path).spent_mu2 == spent
+
+        asked.clear()
+        idata = table.resume(sample_sharded, shards, run, ledger_path, **kwargs)
+    assert not [w for w in asked if "one-shot" in w or "warm start" in w], asked
+    assert any("Taylor residuals" in w for w in asked)
+    final = PrivacyLedger.open(ledger_path).spent_mu2
+    assert final == pytest.approx(before_chains + (tune + draws) * chains * mu2, rel=1e-9)
+    stats_mu2 = sum(float((g["dp_mu"] ** 2).sum()) for g in (idata.warmup_sample_stats,
+                                                             idata.sample_stats))  # fmt: skip
+    assert stats_mu2 == pytest.approx((tune + draws) * chains * mu2, rel=1e-9)
+    assert idata.attrs["dp_method"] == "taylor" and idata.attrs["dp_run_id"] == run
+    assert idata.attrs["dp_taylor_mu"] ** 2 == pytest.approx(before_chains - share * budget_mu2)
+    sizes = {np.size(a) for r in replies for a in table.arrays(r)}
+    assert sizes and not sizes & {N_K, 2 * N_K}, sizes
+    assert max(sizes) <= 82, sizes

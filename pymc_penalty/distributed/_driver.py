@@ -217,15 +217,10 @@ def run_chains(
         d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
-        if taylor is not None:  # the released model's difference and Hastings term: public
-            d_hat = (
-                d_hat
-                + hastings
-                + [
-                    taylor.model_difference(taylor.whiten(x0), taylor.whiten(x1))
-                    for x0, x1 in zip(xs, x1s, strict=True)
-                ]
-            )
+        if taylor is not None:  # public: the released model's difference, the Hastings term
+            moves = zip(xs, x1s, strict=True)
+            public = [taylor.model_difference(taylor.whiten(a), taylor.whiten(b)) for a, b in moves]
+            d_hat = d_hat + np.asarray(public) + hastings
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c])) if party_stats else ()
             noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
