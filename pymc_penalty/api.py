@@ -236,7 +236,7 @@ def sample(
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
     method : {"auto", "taylor", "penalty"}, default "auto"
         ``"auto"``: ``"taylor"`` wherever it applies (a warm start, the PyMC backend, no
-        owners or shards, ``clip_mode="metric"``), else ``"penalty"``; the report's
+        owners, ``clip_mode="metric"``), else ``"penalty"``; the report's
         ``dp_method`` says which ran (:func:`pymc_penalty.planning.plan.resolve_method`).
         ``"taylor"``: after the warm start, release each row's Taylor terms at its point once
         (summed, clipped, with noise; :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`,
@@ -250,8 +250,7 @@ def sample(
         one-shot release, before the chains spend, from public values
         (:func:`pymc_penalty.planning.taylor_forecast.forecast_taylor`).
         ``"penalty"``: the plain penalty walk (exact for the posterior itself). With
-        ``shards``, ``"taylor"`` is an opt-in (``"auto"`` is ``"penalty"`` there): the
-        one-shot and the residual steps run on the shards
+        ``shards`` the one-shot and the residual steps run on the shards
         (:func:`pymc_penalty.distributed.sample_sharded`'s ``method``).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
@@ -278,11 +277,11 @@ def sample(
     # The step's old keywords in `step_kwargs` into their groups (FutureWarning), once, here.
     step_kwargs = group_step_options(step_kwargs or {})
     model = pm.modelcontext(model)
-    parties = owners if shards is None else shards  # distributed: no JAX, no Taylor path
-    # Shards (one curator's table) get the warm start; several owners do not.
+    parties = owners if shards is None else shards  # distributed: no JAX
+    # Shards (one curator's table) get the warm start and the Taylor path; owners do not.
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     method = resolve_method(
-        method, warm_start, backend=backend, parties=parties, clip_mode=clip_mode
+        method, warm_start, backend=backend, parties=owners, clip_mode=clip_mode
     )
     if isinstance(draws, str) and draws == "auto":
         draws = TAYLOR_DRAWS if method == "taylor" else DEFAULT_DRAWS

@@ -412,3 +412,22 @@ def test_a_killed_worker_then_resume_charges_every_release_once(tmp_path):
     sizes = {np.size(a) for r in replies for a in table.arrays(r)}
     assert sizes and not sizes & {N_K, 2 * N_K}, sizes
     assert max(sizes) <= 82, sizes
+
+
+@pytest.mark.filterwarnings("ignore::pymc_penalty.ConvergenceWarning")  # short on purpose
+def test_auto_chooses_the_taylor_path_on_shards_where_in_process_would(client):
+    """``pp.sample(shards=...)``'s default ``method="auto"`` runs the Taylor path where
+    in-process ``pp.sample`` does (a warm start, ``clip_mode="metric"``: its defaults), and
+    the plain walk where it does not (``clip_mode="distance"``, or no warm start)."""
+    import pymc_penalty as pp
+
+    y = np.concatenate([rows_of(0)["y"], rows_of(1)["y"]])
+    shards = [loader_of(0), loader_of(1)]
+    run = dict(epsilon=table.EPS, delta=table.DELTA, draws=20, tune=20, chains=2)
+    cases = [({}, "taylor"), ({"clip_mode": "distance", "clip": CLIP_NUMERIC}, "penalty"),
+             ({"warm_start": 0}, "penalty")]  # fmt: skip
+    for extra, method in cases:
+        dist = pp.sample(shards=shards, cluster=client, model=table.normal_model(),
+                         **run, **extra)  # fmt: skip
+        local = pp.sample(model=table.normal_model(y), progressbar=False, cores=1, **run, **extra)
+        assert dist.attrs["dp_method"] == local.attrs["dp_method"] == method

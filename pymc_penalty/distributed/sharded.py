@@ -161,7 +161,7 @@ def sample_sharded(
     warm_start: float = 0.0,
     warm_start_clip: float | None = None,
     warm_start_steps: int = WARM_START_STEPS,
-    method: str = "penalty",
+    method: str = "auto",
 ) -> az.InferenceData:
     """Sample one curator's table sharded over Dask workers, with one noise draw per release.
 
@@ -246,7 +246,7 @@ def sample_sharded(
         The warm start's gradient clip in its metric; found from its noisy counts by default.
     warm_start_steps : int, default 12
         The warm start's Fisher-scoring steps.
-    method : {"penalty", "taylor", "auto"}, default "penalty"
+    method : {"auto", "taylor", "penalty"}, default "auto"
         The chains' path. ``"penalty"``: the plain penalty walk. ``"taylor"`` (needs a
         ``warm_start`` and ``clip_mode="metric"``): after the warm start, the one-shot
         release of the rows' Taylor sums at its point on
@@ -262,8 +262,11 @@ def sample_sharded(
         integrates the one-shot noise out (the raw chains: ``posterior_tilted``); the
         report has ``dp_method`` and the ``dp_taylor_*`` keys. The released model is
         journaled with the run: a resumed run rebuilds the shards' residuals from it and
-        releases nothing of the one-shot again. ``"auto"`` is ``"penalty"`` on shards for
-        now (:func:`~pymc_penalty.planning.plan.resolve_method`).
+        releases nothing of the one-shot again; a resume with another method is refused.
+        ``"auto"``: ``"taylor"`` where ``pymc_penalty.sample`` would choose it in-process
+        (a warm start and ``clip_mode="metric"``), else ``"penalty"``
+        (:func:`~pymc_penalty.planning.plan.resolve_method`); with this function's
+        defaults (no warm start, ``clip_mode="distance"``) that is the plain walk.
 
     Returns
     -------
@@ -286,7 +289,7 @@ def sample_sharded(
     min_rows = check_min_rows(min_rows)
     check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
     warm_start = check_share("warm_start", warm_start)  # a number ("auto" is pp.sample's)
-    method = resolve_method(method, warm_start, backend="pymc", parties=shards, clip_mode=clip_mode)
+    method = resolve_method(method, warm_start, backend="pymc", parties=None, clip_mode=clip_mode)
     if method == "taylor":
         check_taylor_arguments("pymc", clip, clip_mode, warm_start, {})
     # After a warm start the chains keep its metric and adapt their scaling only, from the
