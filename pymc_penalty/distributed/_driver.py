@@ -38,7 +38,7 @@ from pymc_penalty.sampling.kernel import (
 )
 from pymc_penalty.sampling.taylor import TaylorModel, compare_moves, draw_move
 
-__all__ = ["DistributedSamplingError", "run_chains"]
+__all__ = ["DistributedSamplingError", "run_chains", "stopped_error"]
 
 
 def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np.ndarray]):
@@ -201,15 +201,7 @@ def run_chains(
         try:
             reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t, **residual)
         except OwnerError as exc:
-            report = _step_report(config, config.budget, None, math.nan, _released(stats))
-            raise DistributedSamplingError(
-                f"{exc} Run {run!r} stopped at step {t} (the driver's ledger has committed "
-                f"epsilon = {report['dp_epsilon']:.4g} of {config.budget.epsilon:g}); resume "
-                f"with sample(..., run={run!r}) on the same ledger paths.",
-                run,
-                t,
-                report,
-            ) from None
+            raise stopped_error(exc, config, run, t, _released(stats)) from None
         if reply is None:  # an owner's ledger could not pay: nothing more is released
             stopped = True
             continue
@@ -242,6 +234,23 @@ def run_chains(
             for name, value in info_stats(info).items():
                 stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)
+
+
+def stopped_error(
+    exc: OwnerError, config: RunConfig, run: str, step: int, released: dict[int, int]
+) -> DistributedSamplingError:
+    """The error of a journaled run that a lost, hung or failed party stopped at ``step``:
+    it names the party (``exc``) and what the driver's ledger committed, and its ``run``
+    resumes it."""
+    report = _step_report(config, config.budget, None, math.nan, released)
+    return DistributedSamplingError(
+        f"{exc} Run {run!r} stopped at step {step} (the driver's ledger has committed "
+        f"epsilon = {report['dp_epsilon']:.4g} of {config.budget.epsilon:g}); resume "
+        f"with sample(..., run={run!r}) on the same ledger paths.",
+        run,
+        step,
+        report,
+    )
 
 
 def _released(stats: dict[str, np.ndarray]) -> dict[int, int]:

@@ -27,10 +27,11 @@ import arviz as az
 import numpy as np
 
 from pymc_penalty.accounting.sensitivity import ClipMode
-from pymc_penalty.distributed._driver import run_chains
+from pymc_penalty.distributed._driver import run_chains, stopped_error
 from pymc_penalty.distributed._setup import Run, prepare_run
 from pymc_penalty.distributed._warm import split_mu, taylor_expansion, taylor_from_header
 from pymc_penalty.distributed.pool import ActorPool
+from pymc_penalty.errors import OwnerError
 from pymc_penalty.planning.taylor_forecast import taylor_forecast_report
 from pymc_penalty.privacy.budget import available_mu, calibrate
 from pymc_penalty.sampling.taylor import TaylorModel
@@ -215,8 +216,11 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
         model_release = None
         if "taylor" in header:  # the shards' residuals, rebuilt from public values
             model_release = taylor_from_header(header["taylor"])
-            pool.taylor_control(*taylor_expansion(model_release))
             r = _taylor_run(r, model_release)
+            try:
+                pool.taylor_control(*taylor_expansion(model_release))
+            except OwnerError as exc:  # journaled: resumable, as a step's stop
+                raise stopped_error(exc, r.config, header["run"], 0, {}) from None
         warm, found = header.get("warm_start"), header.get("found_clip")
         S = r.S if warm is None else np.asarray(warm["S"], dtype=np.float64)
         if found is not None and found.get("S") is not None:
