@@ -36,6 +36,7 @@ from pymc_penalty.sampling.kernel import (
     info_stats,
     transition,
 )
+from pymc_penalty.sampling.step import FREE_MOVES, free_factor, free_moves
 from pymc_penalty.sampling.taylor import TaylorModel, compare_moves, draw_move
 
 __all__ = ["DistributedSamplingError", "run_chains", "stopped_error"]
@@ -72,6 +73,7 @@ def run_chains(
     starts: np.ndarray | None = None,
     found_clip: dict[str, Any] | None = None,
     taylor: TaylorModel | None = None,
+    free: np.ndarray | None = None,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
 
@@ -92,6 +94,12 @@ def run_chains(
     Hastings term (public) are added to each release, and after tuning each chain draws its
     moves by :func:`~pymc_penalty.sampling.taylor.draw_move`, with the independent moves'
     share chosen once per chain by :func:`~pymc_penalty.sampling.taylor.compare_moves`.
+    ``free``: the coordinates no row's log-likelihood reads
+    (:func:`~pymc_penalty.model.likelihood.likelihood_coordinates`, model structure); after
+    each released step every chain moves them by
+    :data:`~pymc_penalty.sampling.step.FREE_MOVES` Metropolis moves on the exact prior
+    (:func:`~pymc_penalty.sampling.step.free_moves`, as the in-process step does: no data,
+    no release).
     """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
@@ -155,6 +163,18 @@ def run_chains(
             scaled = adapters[c].scaling * adapters[c].chol
             move_shares[c] = compare_moves(taylor, scaled, sigma_of).share
         return draw_move(taylor, rngs[c], xs[c], float(move_shares[c]), walk)
+
+    free = np.zeros(0, dtype=int) if free is None else np.asarray(free, dtype=int)
+    factors: list[tuple[Any, np.ndarray] | None] = [None] * chains
+
+    def move_free(c: int) -> None:
+        """Chain ``c``'s free moves (public: the prior, its generator, its metric)."""
+        chol = adapters[c].chol
+        if factors[c] is None or factors[c][0] is not chol:
+            factors[c] = (chol, free_factor(chol, free))
+        xs[c], logpriors[c] = free_moves(
+            xs[c], logpriors[c], free, factors[c][1], prior, rngs[c], FREE_MOVES
+        )
 
     def bound_length(c: int, x1: np.ndarray) -> float:
         """The length the bound scales by (public: the two points)."""
@@ -228,6 +248,8 @@ def run_chains(
             new, info = transition(rngs[c], state, x1s[c], noise, release)
             xs[c], logpriors[c] = new.position, new.log_prior
             adapter.after_decision(info.accepted)
+            if free.size:
+                move_free(c)
             if tuning:
                 count = (clipped[c], float(count_sds[0])) if found else None
                 pending[c].hold(xs[c].copy(), info.accept, info.accepted, count)

@@ -32,6 +32,7 @@ from pymc_penalty.distributed._setup import Run, prepare_run
 from pymc_penalty.distributed._warm import split_mu, taylor_expansion, taylor_from_header
 from pymc_penalty.distributed.pool import ActorPool
 from pymc_penalty.errors import OwnerError
+from pymc_penalty.model.likelihood import likelihood_coordinates
 from pymc_penalty.planning.taylor_forecast import taylor_forecast_report
 from pymc_penalty.privacy.budget import available_mu, calibrate
 from pymc_penalty.sampling.taylor import TaylorModel
@@ -231,7 +232,7 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
             r.x_init, S, scaling=float(args["scaling"]), adapt=args["adapt"],
             target_accept=float(args["target_accept"]), adapt_window=r.adapt_window,
             party_stats=party.party_stats, starts=starts, found_clip=found,
-            taylor=model_release,
+            taylor=model_release, free=_free_coordinates(r),
         )  # fmt: skip
         extra = {"dp_method": "penalty", **party.report(pool, idata, r)}
         if model_release is not None:  # pp.sample's keys, by the same code
@@ -245,6 +246,14 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
         if own_pool:
             pool.close()
     return idata, r, extra
+
+
+def _free_coordinates(r: Run) -> np.ndarray:
+    """The raveled coordinates no row's log-likelihood reads (model structure only), which
+    the chains move on the prior alone, as the in-process step does; none where the rows
+    read nothing (a model the gate would refuse)."""
+    reads = likelihood_coordinates(r.model, r.value_vars, r.point)
+    return np.flatnonzero(~reads) if reads.any() else np.zeros(0, dtype=int)
 
 
 def _taylor_run(r: Run, model_release: TaylorModel) -> Run:
