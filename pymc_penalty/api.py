@@ -236,7 +236,7 @@ def sample(
         ledger and report (:mod:`pymc_penalty.backends.jax.driver`).
     method : {"auto", "taylor", "penalty"}, default "auto"
         ``"auto"``: ``"taylor"`` wherever it applies (a warm start, the PyMC backend, no
-        owners or shards, ``clip_mode="metric"``), else ``"penalty"``; the report's
+        owners, ``clip_mode="metric"``), else ``"penalty"``; the report's
         ``dp_method`` says which ran (:func:`pymc_penalty.planning.plan.resolve_method`).
         ``"taylor"``: after the warm start, release each row's Taylor terms at its point once
         (summed, clipped, with noise; :func:`pymc_penalty.warmstart.taylor.taylor_oneshot`,
@@ -249,7 +249,9 @@ def sample(
         Its forecast (``dp_forecast_ess``, ``dp_forecast_verdict``) is made after the
         one-shot release, before the chains spend, from public values
         (:func:`pymc_penalty.planning.taylor_forecast.forecast_taylor`).
-        ``"penalty"``: the plain penalty walk (exact for the posterior itself).
+        ``"penalty"``: the plain penalty walk (exact for the posterior itself). With
+        ``shards`` the one-shot and the residual steps run on the shards
+        (:func:`pymc_penalty.distributed.sample_sharded`'s ``method``).
     **pm_sample_kwargs
         Passed to ``pm.sample`` (``cores``, ``random_seed``, ``progressbar``, ...).
         ``progressbar=False`` also silences the privacy progress lines (``pymc.penalty``
@@ -275,11 +277,11 @@ def sample(
     # The step's old keywords in `step_kwargs` into their groups (FutureWarning), once, here.
     step_kwargs = group_step_options(step_kwargs or {})
     model = pm.modelcontext(model)
-    parties = owners if shards is None else shards  # distributed: no JAX, no Taylor path
-    # Shards (one curator's table) get the warm start; several owners do not.
+    parties = owners if shards is None else shards  # distributed: no JAX
+    # Shards (one curator's table) get the warm start and the Taylor path; owners do not.
     warm_start = resolve_warm_start(warm_start, model, pm_sample_kwargs, owners, neighbours)
     method = resolve_method(
-        method, warm_start, backend=backend, parties=parties, clip_mode=clip_mode
+        method, warm_start, backend=backend, parties=owners, clip_mode=clip_mode
     )
     if isinstance(draws, str) and draws == "auto":
         draws = TAYLOR_DRAWS if method == "taylor" else DEFAULT_DRAWS
@@ -303,7 +305,7 @@ def sample(
         from pymc_penalty.distributed.sampler import from_pp_sample
 
         # `backend` is the default one here (backend='jax' with owners was refused above).
-        skip = ("pm_sample_kwargs", "backend", "parties", "method", "taylor_tune")
+        skip = ("pm_sample_kwargs", "backend", "parties", "taylor_tune")
         return from_pp_sample({k: v for k, v in args.items() if k not in skip})
     if pm_sample_kwargs.get("return_inferencedata", True) is not True:
         raise ValueError(

@@ -25,7 +25,6 @@ import numpy as np
 import pymc as pm
 
 from pymc_penalty.accounting.calibration import calibrate
-from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import InvalidArgumentError, UnevaluableRowsWarning
 from pymc_penalty.model.checks import check_min_rows, validate_model
@@ -58,7 +57,7 @@ from pymc_penalty.sampling.step import PenaltyMetropolis as _Step
 from pymc_penalty.sampling.taylor import (
     TaylorModel,
     TaylorPenaltyMetropolis,
-    noise_limited_clip,
+    with_chains_clip,
 )
 from pymc_penalty.validation import (
     check_method,
@@ -271,11 +270,8 @@ def taylor_step_settings(
     kwargs["proposal"] = dataclasses.replace(proposal, adapt=adapt or "full")
     clip = dataclasses.replace(kwargs["clip"], tail=None)
     if isinstance(clip.value, str) and clip.value == "auto":
-        lik_mu = math.sqrt(likelihood_mu2(step_mu, 1.0, float(clip.count_share)))
         neighbours = (kwargs.get("privacy") or PrivacyPolicy()).neighbours
-        taylor = dataclasses.replace(
-            taylor, residual_clip=noise_limited_clip(taylor, lik_mu, neighbours)
-        )
+        taylor = with_chains_clip(taylor, step_mu, float(clip.count_share), neighbours)
         clip = dataclasses.replace(clip, value=taylor.residual_clip)
     kwargs["clip"] = clip
     return taylor, kwargs

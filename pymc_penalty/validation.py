@@ -293,9 +293,8 @@ def check_taylor_arguments(
     """What ``method="taylor"`` cannot be combined with (before anything is spent)."""
     if backend != "pymc":
         raise InvalidArgumentError("method='taylor' runs on backend='pymc' only.")
-    for name in ("owners", "shards"):
-        if others.get(name) is not None:
-            raise InvalidArgumentError(f"method='taylor' cannot be combined with `{name}`.")
+    if others.get("owners") is not None:  # shards run it (one curator: one noise)
+        raise InvalidArgumentError("method='taylor' cannot be combined with `owners`.")
     if not (isinstance(warm_start, str) and warm_start == "auto") and not warm_start > 0:
         raise InvalidArgumentError(
             "method='taylor' expands the likelihood at the warm start's point: `warm_start` "

@@ -5,6 +5,7 @@ penalty test on the summed releases."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,8 +36,10 @@ from pymc_penalty.sampling.kernel import (
     info_stats,
     transition,
 )
+from pymc_penalty.sampling.step import FREE_MOVES, free_factor, free_moves
+from pymc_penalty.sampling.taylor import TaylorModel, compare_moves, draw_move
 
-__all__ = ["DistributedSamplingError", "run_chains"]
+__all__ = ["DistributedSamplingError", "run_chains", "stopped_error"]
 
 
 def _prior_fn(model: pm.Model, value_vars: Sequence[Any], point: Mapping[str, np.ndarray]):
@@ -69,6 +72,8 @@ def run_chains(
     party_stats: bool = True,
     starts: np.ndarray | None = None,
     found_clip: dict[str, Any] | None = None,
+    taylor: TaylorModel | None = None,
+    free: np.ndarray | None = None,
 ) -> az.InferenceData:
     """The lockstep loop over steps, all chains at once; returns the raw InferenceData.
 
@@ -80,6 +85,21 @@ def run_chains(
     each chain's clip starts there and moves in tuning with the chain's released clipped
     counts, as the penalty step's (``found_clip_adapter`` and ``adapt_found_clip`` of
     :mod:`pymc_penalty.sampling.adaptation.state`), recorded per step as ``dp_clip``.
+    ``taylor`` (a released :class:`~pymc_penalty.sampling.taylor.TaylorModel`; shards whose
+    :meth:`~pymc_penalty.distributed.shards.ShardPool.taylor_control` was built at its
+    expansion): the Taylor path's chains, as
+    :class:`~pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis` runs them in-process. The
+    bound is ``config.clip`` times :meth:`TaylorModel.residual_length`, the shards release
+    the clipped residual sums (``residual=True``), the released model's difference and any
+    Hastings term (public) are added to each release, and after tuning each chain draws its
+    moves by :func:`~pymc_penalty.sampling.taylor.draw_move`, with the independent moves'
+    share chosen once per chain by :func:`~pymc_penalty.sampling.taylor.compare_moves`.
+    ``free``: the coordinates no row's log-likelihood reads
+    (:func:`~pymc_penalty.model.likelihood.likelihood_coordinates`, model structure); after
+    each released step every chain moves them by
+    :data:`~pymc_penalty.sampling.step.FREE_MOVES` Metropolis moves on the exact prior
+    (:func:`~pymc_penalty.sampling.step.free_moves`, as the in-process step does: no data,
+    no release).
     """
     chains, steps = plan.chains, plan.tune + plan.draws
     owner_mu = np.asarray(header["owner_mu"], dtype=np.float64)
@@ -121,6 +141,47 @@ def run_chains(
         else np.array(starts, dtype=np.float64).reshape(chains, -1)
     )
     logpriors = np.array([prior(x) for x in xs])
+    # The Taylor path's independent moves: each chain's share, chosen at its first step
+    # after tuning (public inputs), and each step's Hastings term.
+    move_shares: list[float | None] = [None] * chains
+    hastings = np.zeros(chains)
+
+    def sigma_of(length: float) -> float:
+        """A move's noise sd for its bound's length (as the in-process step computes it)."""
+        noise = release_noise(
+            config.clip, config.clip_mode, config.neighbours, length, mu=step_mu, count_share=share
+        )
+        return float(noise.sigma)
+
+    def propose(c: int, tuning: bool) -> tuple[np.ndarray, float]:
+        """Chain ``c``'s proposal and its Hastings term (public: its generator and the
+        tuned proposal)."""
+        walk = functools.partial(adapters[c].propose, rngs[c], xs[c])
+        if taylor is None or tuning:
+            return walk(), 0.0
+        if move_shares[c] is None:
+            scaled = adapters[c].scaling * adapters[c].chol
+            move_shares[c] = compare_moves(taylor, scaled, sigma_of).share
+        return draw_move(taylor, rngs[c], xs[c], float(move_shares[c]), walk)
+
+    free = np.zeros(0, dtype=int) if free is None else np.asarray(free, dtype=int)
+    factors: list[tuple[Any, np.ndarray] | None] = [None] * chains
+
+    def move_free(c: int) -> None:
+        """Chain ``c``'s free moves (public: the prior, its generator, its metric)."""
+        chol = adapters[c].chol
+        if factors[c] is None or factors[c][0] is not chol:
+            factors[c] = (chol, free_factor(chol, free))
+        xs[c], logpriors[c] = free_moves(
+            xs[c], logpriors[c], free, factors[c][1], prior, rngs[c], FREE_MOVES
+        )
+
+    def bound_length(c: int, x1: np.ndarray) -> float:
+        """The length the bound scales by (public: the two points)."""
+        if taylor is not None:
+            return taylor.residual_length(xs[c], x1)
+        return step_length(config.clip_mode, x1 - xs[c], adapters[c].chol)
+
     trace = np.empty((chains, steps, xs.shape[1]))
     names = ["scaling"] + (["dp_clip"] if found else [])
     if party_stats:
@@ -128,6 +189,7 @@ def run_chains(
     stats = {name: np.zeros((chains, steps)) for name in names}
     stats.update({name: np.zeros((chains, steps), dtype=dt) for name, dt in INFO_STATS.values()})
     stopped = False
+    residual = {} if taylor is None else {"residual": True}
     for t in range(steps):
         trace[:, t] = xs
         if stopped:
@@ -135,10 +197,10 @@ def run_chains(
         tuning = t < plan.tune
         x1s = np.empty_like(xs)
         lengths = np.empty(chains)
-        for c, adapter in enumerate(adapters):
+        for c in range(chains):
             pending[c].start_step(tuning, lambda *held, c=c: tune_chain(c, *held))
-            x1s[c] = adapter.propose(rngs[c], xs[c])
-            lengths[c] = step_length(config.clip_mode, x1s[c] - xs[c], adapter.chol)
+            x1s[c], hastings[c] = propose(c, tuning)
+            lengths[c] = bound_length(c, x1s[c])
         chain_noise = release_noise(
             clips if found else config.clip, config.clip_mode, config.neighbours, lengths,
             mu=step_mu,
@@ -157,17 +219,9 @@ def run_chains(
             journal.add({"run": run, "step": t})
         mu2 = np.repeat(owner_mu[:, None] ** 2, chains, axis=1)
         try:
-            reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t)
+            reply = pool.release(xs, x1s, bounds, sigmas, count_sds, mu2, step=t, **residual)
         except OwnerError as exc:
-            report = _step_report(config, config.budget, None, math.nan, _released(stats))
-            raise DistributedSamplingError(
-                f"{exc} Run {run!r} stopped at step {t} (the driver's ledger has committed "
-                f"epsilon = {report['dp_epsilon']:.4g} of {config.budget.epsilon:g}); resume "
-                f"with sample(..., run={run!r}) on the same ledger paths.",
-                run,
-                t,
-                report,
-            ) from None
+            raise stopped_error(exc, config, run, t, _released(stats)) from None
         if reply is None:  # an owner's ledger could not pay: nothing more is released
             stopped = True
             continue
@@ -175,6 +229,10 @@ def run_chains(
         d_hat, clipped = sums.sum(axis=0), counts.sum(axis=0)
         noise_var = np.sum(sigmas**2, axis=0)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
+        if taylor is not None:  # public: the released model's difference, the Hastings term
+            moves = zip(xs, x1s, strict=True)
+            public = [taylor.model_difference(taylor.whiten(a), taylor.whiten(b)) for a, b in moves]
+            d_hat = d_hat + np.asarray(public) + hastings
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c])) if party_stats else ()
             noise = StepNoise.from_var(delta[c], noise_var[c], step_mu, party_c)
@@ -190,12 +248,31 @@ def run_chains(
             new, info = transition(rngs[c], state, x1s[c], noise, release)
             xs[c], logpriors[c] = new.position, new.log_prior
             adapter.after_decision(info.accepted)
+            if free.size:
+                move_free(c)
             if tuning:
                 count = (clipped[c], float(count_sds[0])) if found else None
                 pending[c].hold(xs[c].copy(), info.accept, info.accepted, count)
             for name, value in info_stats(info).items():
                 stats[name][c, t] = value
     return _inference_data(model, value_vars, x_init, trace, stats, plan)
+
+
+def stopped_error(
+    exc: OwnerError, config: RunConfig, run: str, step: int, released: dict[int, int]
+) -> DistributedSamplingError:
+    """The error of a journaled run that a lost, hung or failed party stopped at ``step``:
+    it names the party (``exc``) and what the driver's ledger committed, and its ``run``
+    resumes it."""
+    report = _step_report(config, config.budget, None, math.nan, released)
+    return DistributedSamplingError(
+        f"{exc} Run {run!r} stopped at step {step} (the driver's ledger has committed "
+        f"epsilon = {report['dp_epsilon']:.4g} of {config.budget.epsilon:g}); resume "
+        f"with sample(..., run={run!r}) on the same ledger paths.",
+        run,
+        step,
+        report,
+    )
 
 
 def _released(stats: dict[str, np.ndarray]) -> dict[int, int]:

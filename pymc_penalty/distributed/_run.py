@@ -15,6 +15,7 @@ sampler. A :class:`Party` says what differs between the two.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import secrets
 import uuid
@@ -25,11 +26,17 @@ from typing import Any
 import arviz as az
 import numpy as np
 
-from pymc_penalty.distributed._driver import run_chains
+from pymc_penalty.accounting.sensitivity import ClipMode
+from pymc_penalty.distributed._driver import run_chains, stopped_error
 from pymc_penalty.distributed._setup import Run, prepare_run
-from pymc_penalty.distributed._warm import split_mu
+from pymc_penalty.distributed._warm import split_mu, taylor_expansion, taylor_from_header
 from pymc_penalty.distributed.pool import ActorPool
+from pymc_penalty.errors import OwnerError
+from pymc_penalty.model.likelihood import likelihood_coordinates
+from pymc_penalty.planning.taylor_forecast import taylor_forecast_report
 from pymc_penalty.privacy.budget import available_mu, calibrate
+from pymc_penalty.sampling.taylor import TaylorModel
+from pymc_penalty.warmstart.taylor import TAYLOR_SHARE
 
 __all__ = ["Party", "drive"]
 
@@ -108,11 +115,27 @@ class Party(ABC):
         """The share of the ledger's ``mu^2`` a private warm start spends (0: none)."""
         return 0.0
 
+    def method(self, args: Mapping[str, Any]) -> str:
+        """The chains' path: ``"penalty"`` (the plain walk) or ``"taylor"`` (residuals after
+        a released Taylor model; shards only)."""
+        return "penalty"
+
     def warm_start(
-        self, pool: ActorPool, r: Run, args: Mapping[str, Any], mu: float, seed: int
+        self,
+        pool: ActorPool,
+        r: Run,
+        args: Mapping[str, Any],
+        mu: float,
+        seed: int,
+        *,
+        oneshot_mu: float = 0.0,
+        step_mu: float = 0.0,
     ) -> dict[str, Any]:  # pragma: no cover - only parties with a warm share run one
-        """Run the private warm start on ``mu``; returns what the run journal keeps of it
-        (:func:`~pymc_penalty.distributed._warm.warm_header`)."""
+        """Run the private warm start on ``mu`` and, with ``oneshot_mu`` (the Taylor path),
+        the one-shot release at its point (the chains' per-step ``mu`` is ``step_mu``);
+        returns what the run journal keeps of them
+        (:func:`~pymc_penalty.distributed._warm.warm_header`, the released model's under
+        ``"taylor"``: :func:`~pymc_penalty.distributed._warm.taylor_header`)."""
         raise NotImplementedError
 
     def found_clip(
@@ -135,16 +158,25 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
         if r.resumed.get("plan") != plan:
             raise ValueError("`draws`, `tune` and `chains` differ from the run being resumed.")
     share = party.warm_share(args)
+    taylor = party.method(args) == "taylor"
     if r.resumed is not None:
         if float((r.resumed.get("warm_start") or {}).get("share", 0.0)) != share:
             raise ValueError("`warm_start` differs from the run being resumed.")
-        if ("found_clip" in r.resumed) != r.config.clip_auto:
+        if ("taylor" in r.resumed) != taylor:
+            raise ValueError("`method` differs from the run being resumed.")
+        if ("found_clip" in r.resumed) != (r.config.clip_auto and not taylor):
             raise ValueError("`clip` ('auto' or a number) differs from the run being resumed.")
     party.check(r)
     if r.resumed is None:
-        # The warm start's mu and the chains' are fixed here, before anything is spent.
+        # The warm start's mu and the chains' are fixed here, before anything is spent; on
+        # the Taylor path TAYLOR_SHARE of what the warm start leaves goes to the one-shot
+        # release, as in-process (pymc_penalty.budgeted.run_private_start).
         warm_mu, chains_mu = split_mu(available_mu(r.ledger), share)
-        auto = r.config.clip_auto  # a found clip: its start is not known yet (no warning)
+        oneshot_mu = 0.0
+        if taylor:
+            oneshot_mu, chains_mu = split_mu(chains_mu, TAYLOR_SHARE)
+        # A found clip, or the residual clip: not known yet (no warning).
+        auto = r.config.clip_auto or taylor
         mu = calibrate(
             chains_mu,
             r.plan,
@@ -172,12 +204,24 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
                 "plan": plan,
             }
             if share > 0:  # released once: a resume reads it from the journal
-                header["warm_start"] = party.warm_start(pool, r, args, warm_mu, seed)
-            if r.config.clip_auto:  # the found clip's start (public), kept for a resume
+                header["warm_start"] = party.warm_start(
+                    pool, r, args, warm_mu, seed, oneshot_mu=oneshot_mu, step_mu=mu
+                )
+                if taylor:  # the released Taylor model (public), released once too
+                    header["taylor"] = header["warm_start"].pop("taylor")
+            if r.config.clip_auto and not taylor:  # the found clip's start (public)
                 header["found_clip"] = party.found_clip(pool, r, args, header.get("warm_start"))
             r.journal.add(header)
         else:
             header = r.resumed
+        model_release = None
+        if "taylor" in header:  # the shards' residuals, rebuilt from public values
+            model_release = taylor_from_header(header["taylor"])
+            r = _taylor_run(r, model_release)
+            try:
+                pool.taylor_control(*taylor_expansion(model_release))
+            except OwnerError as exc:  # journaled: resumable, as a step's stop
+                raise stopped_error(exc, r.config, header["run"], 0, {}) from None
         warm, found = header.get("warm_start"), header.get("found_clip")
         S = r.S if warm is None else np.asarray(warm["S"], dtype=np.float64)
         if found is not None and found.get("S") is not None:
@@ -188,9 +232,38 @@ def drive(party: Party, args: Mapping[str, Any]) -> tuple[az.InferenceData, Run,
             r.x_init, S, scaling=float(args["scaling"]), adapt=args["adapt"],
             target_accept=float(args["target_accept"]), adapt_window=r.adapt_window,
             party_stats=party.party_stats, starts=starts, found_clip=found,
+            taylor=model_release, free=_free_coordinates(r),
         )  # fmt: skip
-        extra = party.report(pool, idata, r)
+        extra = {"dp_method": "penalty", **party.report(pool, idata, r)}
+        if model_release is not None:  # pp.sample's keys, by the same code
+            step_mu = float(np.max(header["owner_mu"]))
+            extra.update(model_release.report())
+            extra.update(taylor_forecast_report(
+                model_release, r.plan, step_mu, neighbours=r.neighbours.value,
+                clip_count_share=r.share, clip=r.config.clip, offset=model_release.start_offset,
+            ))  # fmt: skip
     finally:
         if own_pool:
             pool.close()
     return idata, r, extra
+
+
+def _free_coordinates(r: Run) -> np.ndarray:
+    """The raveled coordinates no row's log-likelihood reads (model structure only), which
+    the chains move on the prior alone, as the in-process step does; none where the rows
+    read nothing (a model the gate would refuse)."""
+    reads = likelihood_coordinates(r.model, r.value_vars, r.point)
+    return np.flatnonzero(~reads) if reads.any() else np.zeros(0, dtype=int)
+
+
+def _taylor_run(r: Run, model_release: TaylorModel) -> Run:
+    """The run whose chains release residuals after ``model_release``: its bound's constant
+    is the residual clip (the released one raised to what the chains' noise carries, for
+    ``clip="auto"``; :func:`~pymc_penalty.budgeted.taylor_step_settings`) or the number
+    given, in the Taylor bound's metric; ``finalize_result`` finds the model on the config
+    (the noise-aware posterior, the report's bound)."""
+    clip = model_release.residual_clip if r.config.clip_auto else r.config.clip
+    config = dataclasses.replace(
+        r.config, clip=float(clip), clip_mode=ClipMode.METRIC, clip_auto=False, taylor=model_release
+    )
+    return r._replace(config=config, clip_mode=ClipMode.METRIC)

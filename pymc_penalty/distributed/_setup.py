@@ -22,6 +22,7 @@ from pymc_penalty.privacy.ledger import PrivacyLedger
 from pymc_penalty.privacy.mechanism import release_noise
 from pymc_penalty.sampling.adaptation import ADAPT_MODES
 from pymc_penalty.sampling.setup import resolve_adapt_window
+from pymc_penalty.sampling.taylor import TaylorModel
 
 __all__ = ["Journal", "Run", "RunConfig", "check_args", "owner_noise", "prepare_run"]
 
@@ -40,6 +41,14 @@ class RunConfig:
     private: bool = True
     #: The clip constant is found in tuning (``clip="auto"``: per chain, ``dp_clip``).
     clip_auto: bool = False
+    #: The released Taylor model the chains release residuals after (the Taylor path on
+    #: shards; ``finalize_result`` integrates its noise out, as after the in-process step).
+    taylor: TaylorModel | None = None
+
+    def describe_sensitivity(self) -> str | None:
+        """The Taylor path's residual bound in words (None: the clip's, as the report says
+        it for the plain walk)."""
+        return None if self.taylor is None else self.taylor.describe_bound()
 
 
 def owner_noise(

@@ -35,15 +35,20 @@ from pymc_penalty.planning.plan import (
     warm_start_report,
 )
 from pymc_penalty.planning.taylor_forecast import start_offset
+from pymc_penalty.privacy.taylor import TaylorRelease
 from pymc_penalty.sampling.adaptation.state import starting_proposal
 from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
 from pymc_penalty.warmstart.taylor import TAYLOR_FIRST_STAGE, taylor_oneshot_on, two_stage_oneshot
+from pymc_penalty.warmstart.taylor_terms import Expansion
 
 __all__ = [
     "found_clip_start",
     "sharded_taylor_oneshot",
     "sharded_warm_start",
+    "taylor_expansion",
+    "taylor_from_header",
+    "taylor_header",
     "warm_header",
     "warm_report",
 ]
@@ -150,6 +155,56 @@ def sharded_taylor_oneshot(
     model, expand_at = two_stage_oneshot(stage, warm, float(mu) ** 2, TAYLOR_FIRST_STAGE)
     # Where the chains start, in the expansion's metric (public; for the forecast).
     return dataclasses.replace(model, start_offset=start_offset(model, expand_at.covariance))
+
+
+#: The TaylorModel fields a run journal keeps as arrays (the others are numbers).
+_TAYLOR_ARRAYS = ("t", "L", "point", "covariance")
+
+
+def taylor_header(model: TaylorModel) -> dict[str, Any]:
+    """What the run journal keeps of the released Taylor model: its public fields (never
+    ``control``, the rows' coefficients, which stay on the shards), so that a resumed run
+    rebuilds it (:func:`taylor_from_header`) and releases nothing of the one-shot again."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(model):
+        value = getattr(model, field.name)
+        if field.name == "control":
+            continue
+        if field.name == "release":
+            value = {k: None if v is None else np.asarray(v, float).tolist()
+                     for k, v in value._asdict().items()}  # fmt: skip
+        elif isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif isinstance(value, np.integer | int):
+            value = int(value)
+        elif value is not None:
+            value = float(value)
+        out[field.name] = value
+    return out
+
+
+def taylor_from_header(header: dict[str, Any]) -> TaylorModel:
+    """The released Taylor model a run journal kept (:func:`taylor_header`), without
+    ``control``: the shards rebuild their residuals from its public expansion
+    (:func:`taylor_expansion`, :meth:`ShardPool.taylor_control`)."""
+    kept = dict(header)
+    release = {
+        k: v if k in ("sd_G", "sd_H", "mu2") or v is None else np.asarray(v, dtype=np.float64)
+        for k, v in kept.pop("release").items()
+    }
+    for name in _TAYLOR_ARRAYS:
+        kept[name] = np.asarray(kept[name], dtype=np.float64)
+    if kept.get("index") is not None:
+        kept["index"] = np.asarray(kept["index"], dtype=np.int64)
+    return TaylorModel(release=TaylorRelease(**release), control=None, **kept)
+
+
+def taylor_expansion(model: TaylorModel) -> tuple[Expansion, float, float | None]:
+    """``(expansion, c_g, c_H)`` of a released Taylor model: what
+    :meth:`ShardPool.taylor_control` builds the shards' residuals from (public values)."""
+    index = np.arange(model.t.size) if model.index is None else model.index
+    e = Expansion(model.t, model.L, index, int(model.order))
+    return e, float(model.clip_g), None if model.order == 1 else float(model.clip_H)
 
 
 def warm_header(

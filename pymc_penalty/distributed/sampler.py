@@ -278,7 +278,7 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
         raise ValueError("Give `owners` (several parties) or `shards` (one curator), not both.")
     carried = tuple(party if k == "owners" else k for k in _CARRIED)
     if party == "shards":  # the private warm start runs on the shards' summed statistics
-        carried += _WARM_START
+        carried += (*_WARM_START, "method")
     kwargs = {k: args[k] for k in carried if k in args}
     for name, default in _DEFAULTS.items():
         if name in carried:
@@ -291,7 +291,8 @@ def from_pp_sample(args: dict[str, Any]) -> az.InferenceData:
         raise ValueError(
             f"`step_kwargs` {unknown} are not available with `{party}`; accepted: {_STEP_KWARGS}."
         )
-    ignored = {"step_kwargs", "progressbar", "owners", "shards"}
+    # `method` is "penalty" with owners (pymc_penalty.sample resolved and checked it).
+    ignored = {"step_kwargs", "progressbar", "owners", "shards", "method"}
     rest = set(args) - set(carried) - set(_DEFAULTS) - ignored
     if rest:
         raise ValueError(

@@ -24,6 +24,7 @@ loading, with messages that name the array only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -40,7 +41,9 @@ from pymc_penalty.distributed._run import Party, drive
 from pymc_penalty.distributed._setup import Run
 from pymc_penalty.distributed._warm import (
     found_clip_start,
+    sharded_taylor_oneshot,
     sharded_warm_start,
+    taylor_header,
     warm_header,
     warm_report,
 )
@@ -53,9 +56,16 @@ from pymc_penalty.distributed.shards import (
 )
 from pymc_penalty.errors import ShardError
 from pymc_penalty.model.checks import check_min_rows, n_datapoints, validate_model
+from pymc_penalty.planning.plan import resolve_method
 from pymc_penalty.results.publish import finalize_result
 from pymc_penalty.sampling.adaptation import RW_SCALE
-from pymc_penalty.validation import check_share, check_warm_start_arguments
+from pymc_penalty.sampling.taylor import with_chains_clip
+from pymc_penalty.validation import (
+    check_method,
+    check_share,
+    check_taylor_arguments,
+    check_warm_start_arguments,
+)
 from pymc_penalty.warmstart import WARM_START_STEPS
 
 __all__ = ["GATE_ROWS", "gate_on_placeholders", "sample_sharded"]
@@ -151,6 +161,7 @@ def sample_sharded(
     warm_start: float = 0.0,
     warm_start_clip: float | None = None,
     warm_start_steps: int = WARM_START_STEPS,
+    method: str = "auto",
 ) -> az.InferenceData:
     """Sample one curator's table sharded over Dask workers, with one noise draw per release.
 
@@ -235,6 +246,27 @@ def sample_sharded(
         The warm start's gradient clip in its metric; found from its noisy counts by default.
     warm_start_steps : int, default 12
         The warm start's Fisher-scoring steps.
+    method : {"auto", "taylor", "penalty"}, default "auto"
+        The chains' path. ``"penalty"``: the plain penalty walk. ``"taylor"`` (needs a
+        ``warm_start`` and ``clip_mode="metric"``): after the warm start, the one-shot
+        release of the rows' Taylor sums at its point on
+        :data:`~pymc_penalty.warmstart.taylor.TAYLOR_SHARE` of what it leaves
+        (:func:`~pymc_penalty.distributed._warm.sharded_taylor_oneshot`), then chains that
+        release only each row's clipped residual after that model, computed on the shards
+        (:meth:`ShardPool.taylor_control`), as in-process ``pymc_penalty.sample`` runs them
+        (:class:`~pymc_penalty.sampling.taylor.TaylorPenaltyMetropolis`): they start from
+        the released model's Gaussian approximation, adapt their full covariance, draw
+        independent moves after tuning where public probes find them better, and
+        ``clip="auto"`` is the released residual clip raised to the chains' noise
+        (:func:`~pymc_penalty.sampling.taylor.noise_limited_clip`). The published posterior
+        integrates the one-shot noise out (the raw chains: ``posterior_tilted``); the
+        report has ``dp_method`` and the ``dp_taylor_*`` keys. The released model is
+        journaled with the run: a resumed run rebuilds the shards' residuals from it and
+        releases nothing of the one-shot again; a resume with another method is refused.
+        ``"auto"``: ``"taylor"`` where ``pymc_penalty.sample`` would choose it in-process
+        (a warm start and ``clip_mode="metric"``), else ``"penalty"``
+        (:func:`~pymc_penalty.planning.plan.resolve_method`); with this function's
+        defaults (no warm start, ``clip_mode="distance"``) that is the plain walk.
 
     Returns
     -------
@@ -253,13 +285,19 @@ def sample_sharded(
     ValueError
         Bad arguments or a model the gate refuses, before anything is spent or started.
     """
-    min_rows = check_min_rows(min_rows)  # before anything is opened, started or spent
+    check_method(method)  # before anything is opened, started or spent
+    min_rows = check_min_rows(min_rows)
     check_warm_start_arguments(warm_start, warm_start_clip, warm_start_steps)
     warm_start = check_share("warm_start", warm_start)  # a number ("auto" is pp.sample's)
+    method = resolve_method(method, warm_start, backend="pymc", parties=None, clip_mode=clip_mode)
+    if method == "taylor":
+        check_taylor_arguments("pymc", clip, clip_mode, warm_start, {})
     # After a warm start the chains keep its metric and adapt their scaling only, from the
     # random-walk scale (as pymc_penalty.sample's); without one, the full covariance from 1.
+    # The Taylor path's chains adapt the full covariance from the released model's
+    # (pymc_penalty.budgeted.taylor_step_settings).
     if adapt is None:
-        adapt = "scaling" if warm_start > 0 and S is None else "full"
+        adapt = "scaling" if warm_start > 0 and S is None and method != "taylor" else "full"
     if scaling is None:
         d = DictToArrayBijection.map(pm.modelcontext(model).initial_point()).data.size
         scaling = RW_SCALE / math.sqrt(d) if warm_start > 0 and S is None else 1.0
@@ -306,11 +344,27 @@ class _Shards(Party):
     def warm_share(self, args: Mapping[str, Any]) -> float:
         return float(args["warm_start"])
 
+    def method(self, args: Mapping[str, Any]) -> str:
+        return str(args["method"])
+
     def warm_start(
-        self, pool: ShardPool, r: Run, args: Mapping[str, Any], mu: float, seed: int
+        self,
+        pool: ShardPool,
+        r: Run,
+        args: Mapping[str, Any],
+        mu: float,
+        seed: int,
+        *,
+        oneshot_mu: float = 0.0,
+        step_mu: float = 0.0,
     ) -> dict[str, Any]:
-        """The private warm start on the shards (:func:`sharded_warm_start`), as the run
-        journal keeps it (:func:`warm_header`)."""
+        """The private warm start on the shards (:func:`sharded_warm_start`) and, with
+        ``oneshot_mu``, the Taylor one-shot at its point (:func:`sharded_taylor_oneshot`),
+        as the run journal keeps them (:func:`warm_header`; the released model, its residual
+        clip set for the chains as in-process by
+        :func:`~pymc_penalty.sampling.taylor.with_chains_clip`, under ``"taylor"``). The
+        chains then start from the released model's Gaussian approximation, as in-process
+        (:func:`~pymc_penalty.budgeted.run_private_start`)."""
         clip = args["warm_start_clip"]
         try:
             warm = sharded_warm_start(
@@ -320,6 +374,9 @@ class _Shards(Party):
                 clip="auto" if clip is None else float(clip),
                 steps=int(args["warm_start_steps"]),
             )
+            model_release = None
+            if oneshot_mu > 0:
+                model_release = sharded_taylor_oneshot(pool, r, warm, mu=oneshot_mu)
         except ShardError as exc:
             spent = r.budget.epsilon_spent(math.sqrt(r.ledger.spent_mu2))
             raise ShardError(
@@ -328,8 +385,17 @@ class _Shards(Party):
                 f"{r.budget.epsilon:g}): it cannot be resumed; a new run releases its warm "
                 "start anew, charged again."
             ) from None
-        self.header = warm_header(warm, r, float(args["warm_start"]), seed, args["S"])
-        return self.header
+        share = float(args["warm_start"])
+        if model_release is None:
+            self.header = warm_header(warm, r, share, seed, args["S"])
+            return self.header
+        if r.config.clip_auto:  # as in-process (budgeted.taylor_step_settings)
+            model_release = with_chains_clip(model_release, step_mu, r.share, r.neighbours.value)
+        at_model = dataclasses.replace(
+            warm, point=model_release.point, covariance=model_release.covariance
+        )
+        self.header = warm_header(at_model, r, share, seed, args["S"])
+        return {**self.header, "taylor": taylor_header(model_release)}
 
     def found_clip(
         self, pool: ShardPool, r: Run, args: Mapping[str, Any], warm: dict[str, Any] | None

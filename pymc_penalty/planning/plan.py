@@ -52,8 +52,9 @@ def resolve_method(
     method: str, warm_start: float, *, backend: str, parties: Any, clip_mode: str
 ) -> str:
     """``pp.sample``'s path: ``"auto"`` is ``"taylor"`` wherever it applies (a warm start, the
-    PyMC backend, no owners or shards, ``clip_mode="metric"``), else ``"penalty"``; a
-    method given is kept (its combinations are checked before: ``validation``).
+    PyMC backend, no owners, ``clip_mode="metric"``; ``parties`` are the owners: one
+    curator's shards run it), else ``"penalty"``; a method given is kept (its combinations
+    are checked before: ``validation``).
 
     Measured (``benchmarks/model_suite.py``, n = 1e4, epsilon 1 and 2, five models, 4 data
     sets per cell; docs/benchmarks/model-suite-taylor.md): the Taylor path's 90% intervals

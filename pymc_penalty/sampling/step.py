@@ -77,6 +77,7 @@ from pymc_penalty.validation import check_step_arguments
 
 __all__ = [
     "DEFAULT_PLAN",
+    "FREE_MOVES",
     "PROPOSAL_STAT",
     "Ledger",
     "NotPrivateWarning",
@@ -85,7 +86,57 @@ __all__ = [
     "UnpublishedResultWarning",
     "check_blocked",
     "declare_proposal_stat",
+    "free_factor",
+    "free_moves",
 ]
+
+
+#: Free moves per released step on the coordinates no row's log-likelihood reads
+#: (:func:`free_moves`; :attr:`PenaltyMetropolis.free_moves`, the sharded driver's too).
+FREE_MOVES = 5
+
+
+def free_factor(chol: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The free moves' proposal factor: the conditional covariance of the coordinates
+    ``free`` given the others under the metric ``chol chol'`` (public), times
+    ``2.38^2 / k``, as a Cholesky factor (its diagonal where that fails)."""
+    rest = np.setdiff1d(np.arange(chol.shape[0]), free)
+    cov = chol @ chol.T
+    cond = cov[np.ix_(free, free)]
+    if rest.size:
+        cross = cov[np.ix_(free, rest)]
+        cond = cond - cross @ np.linalg.solve(cov[np.ix_(rest, rest)], cross.T)
+    cond = 0.5 * (cond + cond.T) * (2.38**2 / free.size)
+    try:
+        return np.linalg.cholesky(cond)
+    except np.linalg.LinAlgError:
+        return np.diag(np.sqrt(np.maximum(np.diag(cond), 1e-12)))
+
+
+def free_moves(
+    x: np.ndarray,
+    logprior: float,
+    free: np.ndarray,
+    factor: np.ndarray,
+    log_prior: Callable[[np.ndarray], float],
+    rng: np.random.Generator,
+    moves: int = FREE_MOVES,
+) -> tuple[np.ndarray, float]:
+    """``moves`` random-walk Metropolis moves of the coordinates ``free`` (which no row's
+    log-likelihood reads), proposed with ``factor`` (:func:`free_factor`) and accepted on
+    the exact log prior ``log_prior`` alone (``logprior`` at ``x``): the likelihood, and
+    the Taylor path's tilt and released model, are constant along them, so each move leaves
+    the target invariant. No data is read, nothing is released or charged; the uniforms come
+    from the chain's generator ``rng``. Returns the point and its log prior. The in-process
+    step (:meth:`PenaltyMetropolis._free_moves`) and the sharded driver both move so."""
+    x = np.array(x, copy=True)
+    for _ in range(int(moves)):
+        y = x.copy()
+        y[free] += factor @ rng.standard_normal(free.size)
+        logprior1 = log_prior(y)
+        if math.log(max(rng.random(), 1e-300)) < logprior1 - logprior:
+            x, logprior = y, logprior1
+    return x, logprior
 
 
 class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
@@ -225,7 +276,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
     #: Free moves per step on the coordinates no row's log-likelihood reads (a hierarchical
     #: model's group mean and scale): Metropolis moves on the exact prior conditional, which
     #: read no data and release nothing (:meth:`_free_moves`).
-    free_moves: int = 5
+    free_moves: int = FREE_MOVES
 
     def __init__(
         self,
@@ -519,15 +570,10 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         free = self._free_index
         if not free.size or self.free_moves <= 0:
             return x
-        chol = self._free_chol()
-        logprior = self._lik.current_logprior
-        x = x.copy()
-        for _ in range(int(self.free_moves)):
-            y = x.copy()
-            y[free] += chol @ self.rng.standard_normal(free.size)
-            logprior1 = self._lik.log_prior(y)
-            if math.log(max(self.rng.random(), 1e-300)) < logprior1 - logprior:
-                x, logprior = y, logprior1
+        x, logprior = free_moves(
+            x, self._lik.current_logprior, free, self._free_chol(), self._lik.log_prior,
+            self.rng, int(self.free_moves),
+        )  # fmt: skip
         self._lik.shift_current(x, logprior)
         return x
 
@@ -539,18 +585,7 @@ class PenaltyMetropolis(TuningMixin, PrivateNoiseMixin, ArrayStepShared):
         kept = getattr(self, "_free_chol_cache", None)
         if kept is not None and kept[0] is chol:
             return kept[1]
-        free = self._free_index
-        rest = np.setdiff1d(np.arange(chol.shape[0]), free)
-        cov = chol @ chol.T
-        cond = cov[np.ix_(free, free)]
-        if rest.size:
-            cross = cov[np.ix_(free, rest)]
-            cond = cond - cross @ np.linalg.solve(cov[np.ix_(rest, rest)], cross.T)
-        cond = 0.5 * (cond + cond.T) * (2.38**2 / free.size)
-        try:
-            factor = np.linalg.cholesky(cond)
-        except np.linalg.LinAlgError:
-            factor = np.diag(np.sqrt(np.maximum(np.diag(cond), 1e-12)))
+        factor = free_factor(chol, self._free_index)
         self._free_chol_cache = (chol, factor)
         return factor
 

@@ -14,7 +14,9 @@ where no residual is clipped (``docs/algorithm.md``, "Taylor control variates").
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +24,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.stats import norm
 
+from pymc_penalty.accounting.gdp import likelihood_mu2
 from pymc_penalty.model.likelihood import RowControl
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.sampling.kernel import PenaltyState, Release
@@ -32,12 +35,14 @@ __all__ = [
     "INDEPENDENT_DF",
     "MoveChoice",
     "compare_moves",
+    "draw_move",
     "INDEPENDENT_SHARE",
     "RESIDUAL_FLOOR",
     "RESIDUAL_NOISE_SD",
     "TaylorModel",
     "TaylorPenaltyMetropolis",
     "noise_limited_clip",
+    "with_chains_clip",
 ]
 
 #: Public floor of the residual bound's radius (whitened units, :func:`residual_bound`).
@@ -191,6 +196,20 @@ class TaylorModel:
             object.__setattr__(self, "_proposal_cache", kept)  # frozen: a derived cache
         return kept
 
+    def describe_bound(self) -> str:
+        """The residual bound in words, for the report's ``dp_sensitivity`` (no data)."""
+        return (
+            f"Taylor residual (order {self.order}): B = r * max(||u||, ||u'||, 1)^order "
+            "* ||u' - u||_2 (u: the likelihood's coordinates whitened at the warm start's "
+            "point; r released: dp_taylor_residual_clip)"
+        )
+
+    def model_difference(self, u0: np.ndarray, u1: np.ndarray) -> float:
+        """The released model's difference ``M_rel(u') - M_rel(u)`` of a move between two
+        whitened points (:meth:`whiten`; public), which a Taylor step adds to its released
+        residual sum."""
+        return self.release.model(u1) - self.release.model(u0)
+
     def report(self) -> dict[str, Any]:
         """The report's ``dp_taylor_*`` keys (public values)."""
         return {
@@ -234,6 +253,18 @@ def noise_limited_clip(
     k = 2.0 if relation == "substitute" else 1.0
     by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(length))
     return max(float(taylor.residual_clip), by_noise)
+
+
+def with_chains_clip(
+    taylor: TaylorModel, step_mu: float, count_share: float, relation: str
+) -> TaylorModel:
+    """The released model with the residual clip its chains run with under ``clip="auto"``:
+    :func:`noise_limited_clip` at the step's likelihood ``mu`` (the per-step ``step_mu``
+    less the clip count's ``count_share``). Public inputs only. ``pymc_penalty.sample``,
+    a budgeted step (``pymc_penalty.budgeted.taylor_step_settings``) and the sharded
+    Taylor path all set it here."""
+    lik_mu = math.sqrt(likelihood_mu2(float(step_mu), 1.0, float(count_share)))
+    return replace(taylor, residual_clip=noise_limited_clip(taylor, lik_mu, relation))
 
 
 @dataclass(frozen=True)
@@ -282,6 +313,24 @@ def compare_moves(
     calm = float(np.median(sigma_ind)) <= _SHARE_MAX_NOISE_SD
     share = INDEPENDENT_SHARE if calm and per_draw > 0.3 / d * walk_factor else 0.0
     return MoveChoice(share, per_draw, walk_factor)
+
+
+def draw_move(
+    taylor: TaylorModel,
+    rng: np.random.Generator,
+    x0: np.ndarray,
+    share: float,
+    walk: Callable[[], np.ndarray],
+) -> tuple[np.ndarray, float]:
+    """A Taylor chain's move after tuning, and its Hastings term: with probability ``share``
+    (one uniform of the chain's generator ``rng``, drawn first) an independent move
+    (:meth:`TaylorModel.independent_proposal`), else the random walk's ``walk()`` (Hastings
+    term 0). Public: the chain's generator and released values. The in-process step
+    (:meth:`TaylorPenaltyMetropolis._draw`) and the sharded driver
+    (:func:`pymc_penalty.distributed._driver.run_chains`) both draw their moves here."""
+    if rng.random() >= share:
+        return walk(), 0.0
+    return taylor.independent_proposal(rng, x0)
 
 
 class TaylorPenaltyMetropolis(PenaltyMetropolis):
@@ -335,13 +384,7 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
 
     def describe_sensitivity(self) -> str | None:
         """The bound in words, for the report (no data); None for the plain step."""
-        if self.taylor is None:
-            return None
-        return (
-            f"Taylor residual (order {self.taylor.order}): B = r * max(||u||, ||u'||, 1)^order "
-            "* ||u' - u||_2 (u: the likelihood's coordinates whitened at the warm start's "
-            "point; r released: dp_taylor_residual_clip)"
-        )
+        return None if self.taylor is None else self.taylor.describe_bound()
 
     def _draw(self, x0: np.ndarray) -> np.ndarray:
         """After tuning, :attr:`independent_share` of the moves are drawn independently from
@@ -350,9 +393,10 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         random walk's. The choice uses the chain's generator: public. The independent move's
         Hastings term is kept for the release (:meth:`_release_sum`)."""
         self._hastings = 0.0
-        if self.taylor is None or self.tune or self.rng.random() >= self._independent_share():
+        if self.taylor is None or self.tune:
             return super()._draw(x0)
-        x1, self._hastings = self.taylor.independent_proposal(self.rng, x0)
+        walk = functools.partial(PenaltyMetropolis._draw, self, x0)
+        x1, self._hastings = draw_move(self.taylor, self.rng, x0, self._independent_share(), walk)
         return x1
 
     def _independent_share(self) -> float:
@@ -411,7 +455,6 @@ class TaylorPenaltyMetropolis(PenaltyMetropolis):
         out = super()._release_sum(state, x1, bound, sigma, count_sd)
         if self.taylor is None:
             return out
-        u0, u1 = self._whitened(state.position, x1)
-        model = self.taylor.release
-        public = model.model(u1) - model.model(u0) + self._hastings
+        public = self.taylor.model_difference(*self._whitened(state.position, x1))
+        public += self._hastings
         return out._replace(d_hat=out.d_hat + public)
