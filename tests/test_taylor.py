@@ -392,3 +392,34 @@ def test_tilt_mean_sd_is_the_g_noise_error_of_the_means_in_posterior_sds() -> No
     # Five times narrower than the posterior: five times sd_G, not sd_G.
     narrow = tl.tilt_mean_sd(C, np.linalg.cholesky(C) / 5.0, sd_G)
     assert narrow == pytest.approx(5.0 * sd_G, rel=1e-12) and narrow > 4.0 * sd_G
+
+
+def test_an_empty_bin_snapped_to_one_is_not_read_as_a_row_at_a_small_noise_sd() -> None:
+    """At a noise sd below ``1 / k`` (an enormous budget: 0.224 is add/remove-one's at
+    epsilon 2000 on the one-shot's histograms) an empty bin's noise snaps it to one in about
+    1.3% of bins, above ``k`` sds: read as a row, such a bin in the top half of an 82-bin
+    histogram sent the clip to its edge (the sharded and in-process Taylor posteriors 10 sds
+    off, "converged"). The reading counts the snap's half-grid: the clip is the rows' own
+    edge in at least 97% of 300 releases (binomial, expected about 99%), where a reading
+    without it (the must-fail side, the same releases) goes astray in over a fifth."""
+    from pymc_penalty.privacy.taylor import clips as tc
+
+    edges = tc.geometric_edges(1.0, -24, 56, 4)  # 82 bins, as the one-shot's
+    values = np.full(602, 1.1)  # every row in one bin
+    truth = float(edges[np.searchsorted(edges, 1.1)])
+    sd = 1.0 / 4.47
+    k = float(np.sqrt(2.0 * np.log((len(edges) + 1) / 0.01)))
+    right = astray = 0
+    for seed in range(300):
+        noisy, sd_out = tc.noisy_counts(
+            tc.histogram_counts(values, edges), 4.47, np.random.default_rng(seed), "add_remove"
+        )
+        assert sd_out == pytest.approx(sd)
+        right += tc.clip_by_tail(edges, noisy, sd_out, tail=0.5) == truth
+        # the old reading: counts above k sds, the snap ignored
+        kept = np.where(noisy > k * sd_out, noisy, 0.0)
+        above = np.cumsum(kept[::-1])[::-1]
+        old = next((float(c) for j, c in enumerate(edges) if above[j + 1] <= 0.5), edges[-1])
+        astray += old != truth
+    assert right >= 0.97 * 300, right
+    assert astray > 0.2 * 300, astray

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from pymc_penalty.privacy.precision import snap_count
+from pymc_penalty.privacy.precision import COUNT_GRID, snap_count
 
 __all__ = [
     "clip_by_scale",
@@ -82,8 +82,15 @@ def noisy_histogram(
 
 
 def _denoised(counts: np.ndarray, sd: float, k: float) -> np.ndarray:
-    """Counts below ``k`` noise sds read as empty (post-processing)."""
-    return np.where(counts > k * sd, counts, 0.0)
+    """Counts below ``k`` noise sds read as empty (post-processing).
+
+    The counts are snapped to :data:`~pymc_penalty.privacy.precision.COUNT_GRID`
+    (:func:`noisy_counts`), so an empty bin reads as ``m`` where its noise exceeds ``m`` less
+    half the grid: a count is kept where it exceeds ``k`` sds by that half too. Without it,
+    at a noise sd below ``1 / k`` (an enormous budget: about 0.22 under add/remove-one at
+    epsilon 2000) a one read in an empty bin passed as a row, in about one bin of 82 per
+    release, and the clip went to that bin's edge (hundreds of times the rows' largest)."""
+    return np.where(counts - 0.5 * COUNT_GRID > k * sd, counts, 0.0)
 
 
 def noisy_quantile(
