@@ -678,10 +678,16 @@ SD_RATIO_FLOOR = 0.8
 
 
 def targets(cell: dict) -> str:
-    """Which of issue 27's targets a private cell meets: ``cov`` (coverage in 85-95%),
-    ``sd`` (smallest sd ratio at least 0.8) and ``rms`` (where the issue sets one)."""
+    """Which of issue 27's targets a private cell meets, in words (:func:`target_marks`)."""
+    return " ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in target_marks(cell))
+
+
+def target_marks(cell: dict) -> list[tuple[str, bool]]:
+    """Issue 27's targets for a private cell and whether it meets each: ``cov`` (coverage in
+    85-95%), ``sd`` (smallest sd ratio at least 0.8) and ``rms<=bound`` (where the issue
+    sets one); none for NUTS or an empty cell."""
     if cell["method"] == "nuts" or not cell["datasets"]:
-        return ""
+        return []
     marks = []
     lo, hi = COVERAGE_BAND
     marks.append(("cov", lo <= cell["coverage"] <= hi))
@@ -689,7 +695,7 @@ def targets(cell: dict) -> str:
     bound = RMS_TARGET.get((int(cell["n"]), float(cell["epsilon"])))
     if bound is not None:
         marks.append((f"rms<={bound:g}", cell["rms"] <= bound))
-    return " ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in marks)
+    return marks
 
 
 def plot(cells: list[dict], path: str) -> None:
@@ -761,10 +767,9 @@ def write_docs(
     png = path.replace(".md", ".png")
     plot(cells, png)
     private = [c for c in cells if c["method"] != "nuts" and c["datasets"]]
-    counts = {
-        name: sum(f"{name} met" in targets(c) for c in private) for name in ("cov", "sd", "rms<=")
-    }
-    with_rms = sum("rms<=" in targets(c) for c in private)
+    marks = [(name.split("<=")[0], ok) for c in private for name, ok in target_marks(c)]
+    counts = {name: sum(ok for key, ok in marks if key == name) for name in ("cov", "sd", "rms")}
+    with_rms = sum(key == "rms" for key, _ in marks)
     lines = []
     for c in cells:
         row = table([c]).splitlines()[-1]
@@ -800,7 +805,7 @@ Issue 27's targets, per private cell: coverage in [{COVERAGE_BAND[0]}, {COVERAGE
 (`cov`), smallest sd ratio at least {SD_RATIO_FLOOR} (`sd`), and the RMS error bound where the
 issue sets one (n = 1e4: 0.35 at epsilon 2, 0.6 at epsilon 1; n = 1e5: 0.25 at epsilon 1).
 Met here: coverage in {counts["cov"]} of {len(private)} private cells, the sd floor in
-{counts["sd"]} of {len(private)}, the RMS bound in {counts["rms<="]} of {with_rms}. With fewer
+{counts["sd"]} of {len(private)}, the RMS bound in {counts["rms"]} of {with_rms}. With fewer
 than 20 data sets a cell's coverage has the standard error shown, so a miss near the band's
 edge is not a measured miss.
 
