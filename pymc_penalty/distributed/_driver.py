@@ -176,10 +176,15 @@ def run_chains(
             xs[c], logpriors[c], free, factors[c][1], prior, rngs[c], FREE_MOVES
         )
 
+    whitened: list[tuple[np.ndarray, np.ndarray] | None] = [None] * chains
+
     def bound_length(c: int, x1: np.ndarray) -> float:
-        """The length the bound scales by (public: the two points)."""
+        """The length the bound scales by (public: the two points). On the Taylor path the
+        move's two whitened points are kept for the released model's difference (whitened
+        once per move)."""
         if taylor is not None:
-            return taylor.residual_length(xs[c], x1)
+            whitened[c] = (taylor.whiten(xs[c]), taylor.whiten(x1))
+            return taylor.residual_length_of(*whitened[c])
         return step_length(config.clip_mode, x1 - xs[c], adapters[c].chol)
 
     trace = np.empty((chains, steps, xs.shape[1]))
@@ -230,8 +235,7 @@ def run_chains(
         noise_var = np.sum(sigmas**2, axis=0)
         party = tuple((f"dp_mu_owner_{k}", m) for k, m in enumerate(owner_mu))
         if taylor is not None:  # public: the released model's difference, the Hastings term
-            moves = zip(xs, x1s, strict=True)
-            public = [taylor.model_difference(taylor.whiten(a), taylor.whiten(b)) for a, b in moves]
+            public = [taylor.model_difference(*whitened[c]) for c in range(chains)]
             d_hat = d_hat + np.asarray(public) + hastings
         for c, adapter in enumerate(adapters):
             party_c = (*party, ("dp_mu_outsider", mu_out[c])) if party_stats else ()
