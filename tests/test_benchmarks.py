@@ -384,6 +384,24 @@ def check_model_suite(res: dict) -> None:
     assert math.isnan(cells["nss"]["forecast_ess"])  # no report, no forecast
 
 
+def check_clip_reading(res: dict) -> None:
+    # quick mode: linear, n = 1e4, epsilon 0.5, one data set, 20 releases (seeded)
+    assert res["n"] == 10_000 and res["datasets"] == 1 and res["releases"] == 20
+    assert set(res["cells"]) == {"linear/eps=0.5/g", "linear/eps=0.5/H"}
+    for key, cell in res["cells"].items():
+        for reading in ("now", "before"):
+            c = cell[reading]
+            assert (
+                0.0 < c["clip_over_aimed_q10"] <= c["clip_over_aimed"] <= c["clip_over_aimed_q90"]
+            )
+            assert 0.0 <= c["rows_above"] <= c["rows_above_q90"] <= 10_000, (key, reading, c)
+    g = res["cells"]["linear/eps=0.5/g"]
+    # the reading before lost the thin tail and clipped hundreds of rows (769 in the seeded
+    # run, the balance about 40); the one now aims at 4 times the balance and leaves 72
+    assert g["before"]["rows_above"] > 5 * max(g["now"]["rows_above"], 20.0), g
+    assert 0.5 < g["now"]["clip_over_aimed"] < 2.0, g
+
+
 def check_taylor_cost(res: dict) -> None:
     # quick mode: n = 2000, one data set, 4 moves per model
     assert res["n"] == 2000 and set(res["models"]) == {"logistic", "poisson"}
@@ -418,6 +436,7 @@ def check_taylor_prototype(res: dict) -> None:
 
 
 CHECKS = {
+    "clip_reading": check_clip_reading,
     "taylor_cost": check_taylor_cost,
     "taylor_prototype": check_taylor_prototype,
     "defaults_seeds": check_defaults_seeds,

@@ -19,12 +19,16 @@ from pymc_penalty.privacy.precision import COUNT_GRID, snap_count
 __all__ = [
     "clip_by_scale",
     "clip_by_tail",
+    "clip_by_visible_tail",
+    "data_top",
     "geometric_edges",
     "histogram_counts",
     "histogram_sensitivity",
     "noisy_counts",
     "noisy_histogram",
     "noisy_quantile",
+    "rows_above",
+    "rows_above_sd",
 ]
 
 Relation = Literal["substitute", "add_remove"]
@@ -81,16 +85,83 @@ def noisy_histogram(
     return noisy_counts(histogram_counts(values, edges), mu, rng, relation)
 
 
-def _denoised(counts: np.ndarray, sd: float, k: float) -> np.ndarray:
-    """Counts below ``k`` noise sds read as empty (post-processing).
+#: Widths (in bins) of the windows :func:`data_top` tests for rows.
+TOP_WIDTHS = (1, 2, 4, 8, 16)
+#: Where ``k`` noise sds are at most this many rows (:func:`rows_above`), rows are visible
+#: bin by bin, and bins below ``k`` sds read as empty.
+_VISIBLE_ROWS = 2.0
 
-    The counts are snapped to :data:`~pymc_penalty.privacy.precision.COUNT_GRID`
-    (:func:`noisy_counts`), so an empty bin reads as ``m`` where its noise exceeds ``m`` less
-    half the grid: a count is kept where it exceeds ``k`` sds by that half too. Without it,
-    at a noise sd below ``1 / k`` (an enormous budget: about 0.22 under add/remove-one at
-    epsilon 2000) a one read in an empty bin passed as a row, in about one bin of 82 per
-    release, and the clip went to that bin's edge (hundreds of times the rows' largest)."""
-    return np.where(counts - 0.5 * COUNT_GRID > k * sd, counts, 0.0)
+
+def _threshold(bins: int, alpha: float) -> float:
+    """``k = sqrt(2 log(M / alpha))`` over the ``M`` windows :func:`data_top` tests."""
+    tests = sum(bins - w + 1 for w in TOP_WIDTHS if w <= bins)
+    return float(np.sqrt(2.0 * np.log(max(tests, 1) / alpha)))
+
+
+def data_top(counts: np.ndarray, sd: float, alpha: float = 0.01) -> int:
+    """Index of the highest bin that a window of the noisy counts shows rows in, or -1.
+
+    Windows of :data:`TOP_WIDTHS` consecutive bins are tested at every offset: a window's
+    rows count where its noisy sum exceeds ``k sqrt(w)`` noise sds, ``k = sqrt(2 log(M /
+    alpha))`` over the ``M`` windows tested, so that empty bins read as rows in about
+    ``alpha`` of releases. A wide window sees a tail spread thin over many bins, each below
+    its own noise: read bin by bin (the rule before 2026-11-28) such a tail vanished, and at
+    epsilon 0.5 and n = 1e4 the one-shot clips cut 500 to 1300 rows, 10 to 40 times the rows
+    they aimed at (``benchmarks/clip_reading.py``). The counts are snapped to
+    :data:`~pymc_penalty.privacy.precision.COUNT_GRID` (:func:`noisy_counts`), so an empty
+    bin reads as ``m`` where its noise exceeds ``m`` less half the grid: a window counts
+    where it exceeds its threshold by that half per bin too. Without it, at a noise sd below
+    ``1 / k`` (an enormous budget: about 0.22 under add/remove-one at epsilon 2000) a one
+    read in an empty bin passed as a row, in about one bin of 82 per release, and the clip
+    went to that bin's edge (hundreds of times the rows' largest).
+
+    The top is a window's last bin, so it can lie up to ``max(TOP_WIDTHS) - 1`` bins above
+    the rows: those bins add noise to the counts read above an edge, not bias. A rule that
+    let a window count only where no narrower one inside it had (the top then nearer the
+    rows) lost the thin tail just above them, the rows a clip must see: at epsilon 0.5 its
+    clips left 100 to 470 rows above them against the 10 to 120 of this one
+    (``benchmarks/clip_reading.py`` on the suite's gradients).
+    """
+    counts = np.asarray(counts, dtype=float)
+    widths = [w for w in TOP_WIDTHS if w <= counts.size]
+    k = _threshold(counts.size, alpha)
+    top = -1
+    for w in widths:
+        sums = np.convolve(counts, np.ones(w), mode="valid")
+        seen = np.flatnonzero(sums - 0.5 * COUNT_GRID * w > k * float(sd) * np.sqrt(w))
+        if seen.size:
+            top = max(top, int(seen[-1]) + w - 1)
+    return top
+
+
+def rows_above(counts: np.ndarray, sd: float, alpha: float = 0.01) -> np.ndarray:
+    """The noisy count of rows above each edge, read from the top of the data down
+    (post-processing): ``out[j]`` sums the noisy counts of bins ``j + 1`` to
+    :func:`data_top` (bins above it read as empty), shape ``(len(counts) - 1,)``.
+
+    Every bin up to the top counts with its noise, so the reading is unbiased there: a
+    reading that drops each bin below its own noise loses the rows of a thin tail. Its noise
+    sd above edge ``j`` is ``sd sqrt(top - j)`` (:func:`rows_above_sd`).
+    """
+    counts = np.asarray(counts, dtype=float).copy()
+    top = data_top(counts, sd, alpha)
+    k = _threshold(counts.size, alpha)
+    if k * float(sd) <= _VISIBLE_ROWS * COUNT_GRID:
+        # Rows are visible one by one: a bin's count is kept where it exceeds k sds by half
+        # the grid (an empty bin's noise snaps it to one in about 1.3% of bins at sd 0.22;
+        # summed over the empty bins a window's top leaves above the rows, such ones moved
+        # the clip above the rows in 1 release of 7).
+        counts = np.where(counts - 0.5 * COUNT_GRID > k * float(sd), counts, 0.0)
+    counts[top + 1 :] = 0.0
+    above = np.cumsum(counts[::-1])[::-1]  # above[b] = rows in bins b..
+    return above[1:]
+
+
+def rows_above_sd(counts: np.ndarray, sd: float, edge_index: int, alpha: float = 0.01) -> float:
+    """The noise sd of :func:`rows_above` at edge ``edge_index``: ``sd`` times the square
+    root of the number of bins it sums (at least one)."""
+    bins = data_top(counts, sd, alpha) - int(edge_index)
+    return float(sd) * float(np.sqrt(max(bins, 1)))
 
 
 def noisy_quantile(
@@ -98,9 +169,10 @@ def noisy_quantile(
 ) -> float:
     """The ``q`` quantile read from the top: :func:`clip_by_tail` at ``(1 - q) * total``.
 
-    Reading from the top sums only the bins above the quantile, and bins read as empty add no
-    noise (a cumulative sum from the bottom carries the noise of every bin below: about
-    ``sd * sqrt(bins)`` rows, 12% of n = 1e4 at the warm start's budget with 161 bins).
+    Reading from the top sums only the bins between the quantile and the top of the data
+    (:func:`data_top`): a cumulative sum from the bottom carries the noise of every bin
+    below (about ``sd * sqrt(bins)`` rows, 12% of n = 1e4 at the warm start's budget with
+    161 bins), one from the grid's top that of every empty bin above the rows.
     ``total`` is the number of rows when public (substitute-one), else the noisy counts' sum.
     """
     counts = np.asarray(counts, dtype=float)
@@ -123,18 +195,42 @@ def clip_by_scale(
 def clip_by_tail(
     edges: np.ndarray, counts: np.ndarray, sd: float, tail: float, alpha: float = 0.01
 ) -> float:
-    """Smallest edge whose (denoised) count of rows above it is at most ``tail``.
+    """Smallest edge above which the noisy count of rows (:func:`rows_above`) is at most
+    ``tail``: the edge above the highest one whose count exceeds it.
 
-    Bins are read as empty below ``k = sqrt(2 log(bins / alpha))`` noise sds, so that a bin
-    that is empty reads as such in all but about ``alpha`` of releases (with 50 bins and a
-    2-sd threshold one in two releases had a spurious top bin, sending the clip to the grid's
-    top). Rows in bins below the threshold are not seen: the clip then lands where the tail
-    is about ``k * sd`` rows.
+    The count above an edge is read from the top of the data down (:func:`data_top`), so a
+    thin tail of rows counts, and it carries the noise of the bins it sums: where ``tail``
+    is below that noise, the reading lands where the noise happens to exceed it, above the
+    true edge as often as below. Callers that need a tail below the noise extrapolate from
+    resolvable ones (:func:`pymc_penalty.warmstart.taylor._oneshot_clip`).
+    """
+    above = rows_above(counts, sd, alpha)
+    over = np.flatnonzero(above[: len(edges)] > float(tail))
+    if over.size == 0:
+        return float(edges[0])
+    return float(edges[min(int(over[-1]) + 1, len(edges) - 1)])
+
+
+def clip_by_visible_tail(
+    edges: np.ndarray, counts: np.ndarray, sd: float, tail: float, alpha: float = 0.01
+) -> float:
+    """Smallest edge above which the bins that stand out of the noise hold at most ``tail``
+    rows: bins below ``k = sqrt(2 log(bins / alpha))`` noise sds (and half the count grid)
+    read as empty, so rows spread thin below that are not seen, and the edge lands where
+    the tail is about ``k * sd`` rows.
+
+    The chains' residual clip reads its histogram this way (``_RESIDUAL_FACTOR`` times this
+    edge, then raised to the noise the chains carry, :func:`pymc_penalty.sampling.taylor.
+    noise_limited_clip`): that rule was measured with it. Read with :func:`clip_by_tail`
+    instead (the one-shot clips' reading since 2026-11-28), a 10-row tail below the noise
+    landed where the noise put it, and the residual clip rose until the chains stuck (bulk
+    ESS 4 to 30 on most of the suite's models at epsilon 2 and 6, ``benchmarks/
+    model_suite.py``).
     """
     counts = np.asarray(counts, dtype=float)
     k = float(np.sqrt(2.0 * np.log(len(counts) / alpha)))
-    c_all = _denoised(counts, sd, k)
-    above = np.cumsum(c_all[::-1])[::-1]  # above[j] = rows in bins j.. ; edge j's tail is j+1
+    kept = np.where(counts - 0.5 * COUNT_GRID > k * float(sd), counts, 0.0)
+    above = np.cumsum(kept[::-1])[::-1]  # above[j] = rows in bins j.. ; edge j's tail is j+1
     for j, c in enumerate(edges):
         if above[j + 1] <= tail:
             return float(c)
