@@ -60,7 +60,7 @@ def run(model_name: str, eps: float, index: int, n: int, seed: int) -> dict:
     post = idata.posterior_tilted
     # the chains' draws as raveled unconstrained points (the order of model.value_vars)
     columns = []
-    for rv, value in zip(model.free_RVs, model.value_vars, strict=True):
+    for rv in model.free_RVs:
         draws = post[rv.name].values
         draws = draws.reshape(draws.shape[0], draws.shape[1], -1)
         transform = model.rvs_to_transforms.get(rv)

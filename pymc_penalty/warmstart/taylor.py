@@ -127,8 +127,9 @@ _CLIP_Q = 0.9  # clips: extrapolated from the noisy 90% quantile of the norms an
 #: against a tail the counts cannot see), 1 for Hessians. It was 3 for Hessians, and on the
 #: hierarchical model (rows that share one Hessian per group: no tail) that tripled the
 #: Hessian's noise; at epsilon 1 its released curvature then came out flat or upturned in
-#: some direction, and the chains, which target the tilted posterior, wandered 50 to 125
-#: whitened units from the expansion (bulk ESS 4 to 29, "not converged" in 8 of 8 runs).
+#: some direction, and the chains, which target the tilted posterior, sat 2 to 89 whitened
+#: units from the released mode (``scripts/taylor_chain_distance.py``; bulk ESS 4 to 29,
+#: "not converged" in 8 of 8 runs of ``benchmarks/model_suite.py``).
 _FACTOR_G, _FACTOR_H = 2.0, 1.0
 _RESIDUAL_TAIL = 1e-3  # the residual clip aims at this fraction of the rows at the probes
 _RESIDUAL_FACTOR = 2.0  # times the noisy tail edge (the chain's moves differ from the probes)
