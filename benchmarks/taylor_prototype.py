@@ -283,7 +283,7 @@ def run_one(m: Glm, n: int, epsilon: float, seed: int, steps: int, order: int, a
         v = np.maximum(v, np.abs(rho) / (radius**order * np.linalg.norm(w1 - w0)))
     e_r = tc.geometric_edges((D / n) ** ((order + 1) / 2), -16, 32)
     cnt, sd = tc.noisy_histogram(v, e_r, ledger.charge(np.sqrt(share["hist_r"])), rng)
-    r = 2.0 * tc.clip_by_tail(e_r, cnt, sd, tail=1e-3 * n)
+    r = 2.0 * tc.clip_by_visible_tail(e_r, cnt, sd, tail=1e-3 * n)  # as the package reads it
 
     # the residual penalty chain
     mu_step = ledger.charge(np.sqrt(share["residual"] / steps))
