@@ -224,8 +224,8 @@ def clip_by_visible_tail(
     noise_limited_clip`): that rule was measured with it. Read with :func:`clip_by_tail`
     instead (the one-shot clips' reading since 2026-11-28), a 10-row tail below the noise
     landed where the noise put it, and the residual clip rose until the chains stuck (bulk
-    ESS 4 to 30 on most of the suite's models at epsilon 2 and 6, ``benchmarks/
-    model_suite.py``).
+    ESS 4 to 30 on most of the suite's models at epsilon 2 and 6 in a ``benchmarks/
+    model_suite.py`` run stopped after 4 data sets, its CSV not kept).
     """
     counts = np.asarray(counts, dtype=float)
     k = float(np.sqrt(2.0 * np.log(len(counts) / alpha)))
