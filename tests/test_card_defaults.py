@@ -87,9 +87,9 @@ def test_card_usage_plain_path_matches_the_exact_posterior():
 def test_card_usage_taylor_path_is_honest_about_the_exact_posterior():
     # The default (Taylor) path publishes the posterior given the released values: the
     # one-shot noise integrated out, so at least as wide as the exact posterior (up to the
-    # Monte Carlo error of the sd, 3 standard errors: sd / sqrt(2 ESS); CI met 0.9995 at
-    # epsilon 6, where the widening is small) and centred within its own spread of the
-    # exact mean.
+    # Monte Carlo error of the sd, 3 standard errors: sd / sqrt(2 ESS); a full test run
+    # met 0.9995 at epsilon 6, where the widening is small) and centred within its own
+    # spread of the exact mean.
     model, mean, sd = normal_mean_model()
     idata, _ = card_run(model, seed=11)
     assert idata.attrs["dp_method"] == "taylor"

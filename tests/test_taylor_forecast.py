@@ -235,9 +235,9 @@ def test_sample_on_the_taylor_path_reports_the_forecast():
     walk_only = forecast_taylor(**plan)
     assert attrs["dp_forecast_ess"] >= walk_only.ess * (1 - 1e-12)
     if attrs["dp_forecast_ess"] < 20.0:
-        # A one-shot draw that leaves the residual noise large (fresh OS noise: CI met a
-        # forecast of 2.05 against a realised 7.0): bulk ESS estimates this small are noise
-        # themselves, so the check is the verdict's, a run that has not converged.
+        # A one-shot draw that leaves the residual noise large (fresh OS noise: a full test
+        # run met a forecast of 2.05 against a realised 7.0): bulk ESS estimates this small
+        # are noise themselves, so the check is the verdict's, a run that has not converged.
         assert attrs["dp_ess_bulk_min"] < ESS_MIN, attrs["dp_ess_bulk_min"]
         return
     # The realised ESS is within a factor 3 of the forecast on this short run.
