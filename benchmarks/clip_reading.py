@@ -58,11 +58,8 @@ def clip_before(edges, counts, sd, mu_sum, dim, rows, factor) -> float:
     below ``k`` noise sds read as empty, the tail extrapolated from the 90% quantile and the
     one above ``max(1% of the rows, 10 sds)``."""
 
-    def by_tail(tail: float) -> float:
-        k = float(np.sqrt(2.0 * np.log(len(counts) / 0.01)))
-        kept = np.where(counts - 0.5 > k * sd, counts, 0.0)
-        above = np.cumsum(kept[::-1])[::-1]
-        return next((float(c) for j, c in enumerate(edges) if above[j + 1] <= tail), edges[-1])
+    def by_tail(tail: float) -> float:  # the old bin-by-bin reading, kept by the package
+        return tc.clip_by_visible_tail(edges, counts, sd, tail)
 
     aim = 2.0 * math.sqrt(dim) / mu_sum
     q90 = by_tail(0.1 * rows)

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import model_suite as ms  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.results.noise_aware import _forward_fn  # noqa: E402
 from pymc_penalty.sampling import taylor as st  # noqa: E402
 
 
@@ -58,16 +59,16 @@ def run(model_name: str, eps: float, index: int, n: int, seed: int) -> dict:
         st.TaylorPenaltyMetropolis.__init__ = original
     tm = built["taylor"]
     post = idata.posterior_tilted
-    # the chains' draws as raveled unconstrained points (the order of model.value_vars)
-    columns = []
-    for rv in model.free_RVs:
-        draws = post[rv.name].values
-        draws = draws.reshape(draws.shape[0], draws.shape[1], -1)
-        transform = model.rvs_to_transforms.get(rv)
-        if transform is not None:
-            draws = np.asarray(transform.forward(draws).eval())
-        columns.append(draws)
-    x = np.concatenate(columns, axis=-1)
+    # the chains' draws as raveled unconstrained points (model.value_vars' order), mapped by
+    # the noise-aware posterior's own forward transform
+    forward, _ = _forward_fn(model)
+    chains, draws = post.sizes["chain"], post.sizes["draw"]
+    flat = [
+        post[rv.name].values.reshape(chains * draws, *post[rv.name].shape[2:])
+        for rv in model.free_RVs
+    ]
+    values = forward(*flat)
+    x = np.concatenate([np.reshape(v, (chains, draws, -1)) for v in values], axis=-1)
     u_mode = tm.whiten(tm.point)
     from_mode = [float(np.linalg.norm(tm.whiten(c.mean(axis=0)) - u_mode)) for c in x]
     out = {

@@ -168,7 +168,7 @@ def _oneshot_clip(
     counts the part of a leftover the chains' residual carries).
 
     The counts above an edge are read from the top of the data down
-    (:func:`~pymc_penalty.privacy.taylor.clips.rows_above`), with the noise of the bins they
+    (:class:`~pymc_penalty.privacy.taylor.clips.TailCounts`), with the noise of the bins they
     sum. That aimed tail is below the noise at ``n = 1e4``, so its edge is extrapolated
     along an exponential tail, ``c`` linear in the log of the tail fraction, from two
     resolvable quantiles: the 90% quantile and the one above which ``max(1% of the rows,
@@ -182,8 +182,7 @@ def _oneshot_clip(
     (``log c`` linear) overshot the README's logistic scores by 1.6 times and a linear
     regression's more, tripling the noise. Heavier tails than exponential (the Poisson
     regression's Hessians, 0.18 to 0.35 times the balance's edge) leave rows clipped: the
-    report's
-    ``dp_clipped_fraction`` shows them. Never below ``factor`` times the 90% quantile (the
+    report's ``dp_clipped_fraction`` shows them. Never below ``factor`` times the 90% quantile (the
     70% where that is not resolvable; :data:`_FACTOR_G`, :data:`_FACTOR_H`), nor below the
     aimed tail's edge where the counts resolve it. ``python benchmarks/clip_reading.py``
     compares this reading with the one before 2026-11-28 (bins below their own noise read
@@ -192,9 +191,11 @@ def _oneshot_clip(
     k = 2.0 if relation == "substitute" else 1.0
     aim = _RECAPTURE * k * math.sqrt(dim) / float(mu_sum)  # rows above the clip
 
+    tails = tc.TailCounts.of(counts, sd)
+
     def read(share: float) -> tuple[float, float]:  # (edge, noise sd of the count above it)
-        edge = tc.clip_by_tail(edges, counts, sd, tail=share * rows)
-        return edge, tc.rows_above_sd(counts, sd, int(np.searchsorted(edges, edge)))
+        edge = tails.edge(edges, share * rows)
+        return edge, tails.noise_sd(int(np.searchsorted(edges, edge)))
 
     tail90 = (1.0 - _CLIP_Q) * rows
     q90, noise = read(1.0 - _CLIP_Q)
@@ -211,7 +212,7 @@ def _oneshot_clip(
     if hi > lo and aim < hi_rows:
         per_decade = (hi - lo) / math.log(lo_rows / hi_rows)
         clip = max(clip, hi + per_decade * math.log(hi_rows / aim))
-    resolved = tc.clip_by_tail(edges, counts, sd, tail=max(aim, _RESOLVED_SDS * noise))
+    resolved = tails.edge(edges, max(aim, _RESOLVED_SDS * noise))
     return min(max(clip, hi, resolved), float(edges[-1]))
 
 

@@ -10,6 +10,7 @@ post-processing (:func:`clip_by_scale`, :func:`clip_by_tail`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "noisy_quantile",
     "rows_above",
     "rows_above_sd",
+    "TailCounts",
 ]
 
 Relation = Literal["substitute", "add_remove"]
@@ -87,7 +89,7 @@ def noisy_histogram(
 
 #: Widths (in bins) of the windows :func:`data_top` tests for rows.
 TOP_WIDTHS = (1, 2, 4, 8, 16)
-#: Where ``k`` noise sds are at most this many rows (:func:`rows_above`), rows are visible
+#: Where ``k`` noise sds are at most this many rows (:class:`TailCounts`), rows are visible
 #: bin by bin, and bins below ``k`` sds read as empty.
 _VISIBLE_ROWS = 2.0
 
@@ -134,34 +136,69 @@ def data_top(counts: np.ndarray, sd: float, alpha: float = 0.01) -> int:
     return top
 
 
-def rows_above(counts: np.ndarray, sd: float, alpha: float = 0.01) -> np.ndarray:
-    """The noisy count of rows above each edge, read from the top of the data down
-    (post-processing): ``out[j]`` sums the noisy counts of bins ``j + 1`` to
-    :func:`data_top` (bins above it read as empty), shape ``(len(counts) - 1,)``.
+def _denoised(counts: np.ndarray, sd: float, k: float) -> np.ndarray:
+    """Bins below ``k`` noise sds read as empty (post-processing). The counts are snapped to
+    :data:`~pymc_penalty.privacy.precision.COUNT_GRID` (:func:`noisy_counts`), so an empty
+    bin reads as ``m`` where its noise exceeds ``m`` less half the grid: a count is kept
+    where it exceeds ``k`` sds by that half too (at a noise sd below ``1 / k`` an empty bin
+    snapped to one read as a row, and the clip went to its edge)."""
+    return np.where(counts - 0.5 * COUNT_GRID > k * float(sd), counts, 0.0)
 
-    Every bin up to the top counts with its noise, so the reading is unbiased there: a
-    reading that drops each bin below its own noise loses the rows of a thin tail. Its noise
-    sd above edge ``j`` is ``sd sqrt(top - j)`` (:func:`rows_above_sd`).
+
+@dataclass(frozen=True)
+class TailCounts:
+    """The noisy count of rows above each edge, read from the top of the data down
+    (post-processing; :meth:`of`).
+
+    ``above[j]`` sums the noisy counts of bins ``j + 1`` to ``top`` (:func:`data_top`; bins
+    above it read as empty). Every bin up to the top counts with its noise, so the reading
+    is unbiased there: a reading that drops each bin below its own noise loses the rows of a
+    thin tail. Where ``k`` noise sds are at most :data:`_VISIBLE_ROWS` rows (enormous
+    budgets) rows are visible one by one and the bins are read so (:func:`_denoised`): an
+    empty bin's noise snaps it to one in about 1.3% of bins at sd 0.22, and summed over the
+    empty bins a window's top leaves above the rows, such ones moved the clip above the rows
+    in 1 release of 7.
     """
-    counts = np.asarray(counts, dtype=float).copy()
-    top = data_top(counts, sd, alpha)
-    k = _threshold(counts.size, alpha)
-    if k * float(sd) <= _VISIBLE_ROWS * COUNT_GRID:
-        # Rows are visible one by one: a bin's count is kept where it exceeds k sds by half
-        # the grid (an empty bin's noise snaps it to one in about 1.3% of bins at sd 0.22;
-        # summed over the empty bins a window's top leaves above the rows, such ones moved
-        # the clip above the rows in 1 release of 7).
-        counts = np.where(counts - 0.5 * COUNT_GRID > k * float(sd), counts, 0.0)
-    counts[top + 1 :] = 0.0
-    above = np.cumsum(counts[::-1])[::-1]  # above[b] = rows in bins b..
-    return above[1:]
+
+    above: np.ndarray
+    top: int
+    sd: float
+
+    @classmethod
+    def of(cls, counts: np.ndarray, sd: float, alpha: float = 0.01) -> TailCounts:
+        """Read the noisy ``counts`` (one per bin, ``len(edges) + 1``) of noise sd ``sd``."""
+        counts = np.asarray(counts, dtype=float)
+        top = data_top(counts, sd, alpha)
+        k = _threshold(counts.size, alpha)
+        if k * float(sd) <= _VISIBLE_ROWS * COUNT_GRID:
+            counts = _denoised(counts, sd, k)
+        counts = counts.copy()
+        counts[top + 1 :] = 0.0
+        return cls(np.cumsum(counts[::-1])[::-1][1:], top, float(sd))
+
+    def noise_sd(self, edge_index: int) -> float:
+        """The noise sd of ``above[edge_index]``: ``sd`` times the square root of the number
+        of bins it sums (at least one)."""
+        return self.sd * float(np.sqrt(max(self.top - int(edge_index), 1)))
+
+    def edge(self, edges: np.ndarray, tail: float) -> float:
+        """Smallest edge above which the count is at most ``tail``: the edge above the
+        highest one whose count exceeds it (:func:`clip_by_tail`)."""
+        over = np.flatnonzero(self.above[: len(edges)] > float(tail))
+        if over.size == 0:
+            return float(edges[0])
+        return float(edges[min(int(over[-1]) + 1, len(edges) - 1)])
+
+
+def rows_above(counts: np.ndarray, sd: float, alpha: float = 0.01) -> np.ndarray:
+    """:attr:`TailCounts.above`: the noisy count of rows above each edge, shape
+    ``(len(counts) - 1,)``."""
+    return TailCounts.of(counts, sd, alpha).above
 
 
 def rows_above_sd(counts: np.ndarray, sd: float, edge_index: int, alpha: float = 0.01) -> float:
-    """The noise sd of :func:`rows_above` at edge ``edge_index``: ``sd`` times the square
-    root of the number of bins it sums (at least one)."""
-    bins = data_top(counts, sd, alpha) - int(edge_index)
-    return float(sd) * float(np.sqrt(max(bins, 1)))
+    """:meth:`TailCounts.noise_sd`: the noise sd of :func:`rows_above` at ``edge_index``."""
+    return TailCounts.of(counts, sd, alpha).noise_sd(edge_index)
 
 
 def noisy_quantile(
@@ -204,11 +241,7 @@ def clip_by_tail(
     true edge as often as below. Callers that need a tail below the noise extrapolate from
     resolvable ones (:func:`pymc_penalty.warmstart.taylor._oneshot_clip`).
     """
-    above = rows_above(counts, sd, alpha)
-    over = np.flatnonzero(above[: len(edges)] > float(tail))
-    if over.size == 0:
-        return float(edges[0])
-    return float(edges[min(int(over[-1]) + 1, len(edges) - 1)])
+    return TailCounts.of(counts, sd, alpha).edge(edges, tail)
 
 
 def clip_by_visible_tail(
@@ -229,8 +262,7 @@ def clip_by_visible_tail(
     """
     counts = np.asarray(counts, dtype=float)
     k = float(np.sqrt(2.0 * np.log(len(counts) / alpha)))
-    kept = np.where(counts - 0.5 * COUNT_GRID > k * float(sd), counts, 0.0)
-    above = np.cumsum(kept[::-1])[::-1]  # above[j] = rows in bins j.. ; edge j's tail is j+1
+    above = np.cumsum(_denoised(counts, sd, k)[::-1])[::-1]  # above[j] = rows in bins j..
     for j, c in enumerate(edges):
         if above[j + 1] <= tail:
             return float(c)
