@@ -380,7 +380,11 @@ def check_model_suite(res: dict) -> None:
         assert c["forecast_ess"] > 0 and r["forecast_verdict"], method
         ratio = float(r["forecast_ess"]) / float(r["ess_bulk_min"])
         assert c["forecast_ratio"] == pytest.approx(ratio, rel=1e-3), method
-    assert float(rows["taylor"]["noise_sd"]) >= 1.0 - 1e-6  # the noise-limited clip's floor
+    # The report's residual noise sd is at the walk's median move; the noise-limited clip sets
+    # 1 at the longer of the walk's and the independent moves' lengths (test_taylor_path and
+    # test_taylor_stages check that floor exactly), so here it is only positive and finite (CI
+    # met 0.93 where the independent moves were the longer).
+    assert 0.0 < float(rows["taylor"]["noise_sd"]) < math.inf, rows["taylor"]
     assert math.isnan(cells["nss"]["forecast_ess"])  # no report, no forecast
 
 
