@@ -578,6 +578,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                 wall_s=float(np.mean([r["wall_s"] for r in ok])),
                 noise_g=_rms_of(ok, "noise_sd_g"),
                 g_share=_g_share(ok, method, eps),
+                g_floor=_g_floor(ok, method, eps),
+                noise_mean=_rms_of(ok, "mean_noise_sd"),
                 **_ess_figures(ok),
             )
         out.append(line)
@@ -593,24 +595,44 @@ def _rms_of(rows: list[dict], key: str) -> float:
     return float(np.sqrt(np.mean(v**2))) if np.isfinite(v).all() else math.nan
 
 
-def _g_share(rows: list[dict], method: str, epsilon: float | None) -> float:
-    """The median over runs of the one-shot ``G`` release's share of the run's ``mu^2``:
-    ``mu_G = k clip_g / noise_sd_g`` (``k`` = 2 substitute-one, 1 add/remove-one: the
-    method's relation) over the ``mu`` of ``(epsilon, DELTA)`` (NaN without a Taylor
-    one-shot)."""
+def _k_and_mu(method: str, epsilon: float | None) -> tuple[float, float] | None:
+    """The method's ``k`` (2 substitute-one, 1 add/remove-one) and the ``mu`` of
+    ``(epsilon, DELTA)``; None without a private method and epsilon."""
     from pymc_penalty.privacy.budget import PrivacyBudget
 
     entry = METHODS.get(method)
     if epsilon is None or entry is None:
-        return math.nan
+        return None
     k = 1.0 if entry.neighbours == "add_remove" else 2.0
-    mu = PrivacyBudget(float(epsilon), DELTA).mu
+    return k, PrivacyBudget(float(epsilon), DELTA).mu
+
+
+def _g_share(rows: list[dict], method: str, epsilon: float | None) -> float:
+    """The median over runs of the one-shot ``G`` release's share of the run's ``mu^2``:
+    ``mu_G = k clip_g / noise_sd_g`` over the ``mu`` of ``(epsilon, DELTA)``
+    (:func:`_k_and_mu`; NaN without a Taylor one-shot)."""
+    km = _k_and_mu(method, epsilon)
+    if km is None:
+        return math.nan
+    k, mu = km
     shares = [
         (k * r["clip_g"] / r["noise_sd_g"] / mu) ** 2
         for r in rows
         if r.get("clip_g") is not None and r.get("noise_sd_g") and math.isfinite(r["clip_g"])
     ]
     return float(np.median(shares)) if shares else math.nan
+
+
+def _g_floor(rows: list[dict], method: str, epsilon: float | None) -> float:
+    """RMS over runs of ``k clip_g / mu`` (:func:`_k_and_mu`): the one-shot ``G`` noise
+    (posterior sds) had the whole ``mu`` gone to ``G`` at the run's own clip. No budget
+    split gets the error of the means below it; only a smaller clip, add/remove-one
+    neighbours (``k`` = 1) or more rows do (NaN without a Taylor one-shot)."""
+    km = _k_and_mu(method, epsilon)
+    clips = np.array([math.nan if r.get("clip_g") is None else r["clip_g"] for r in rows])
+    if km is None or not (clips.size and np.isfinite(clips).all()):
+        return math.nan
+    return float(np.sqrt(np.mean((km[0] * clips / km[1]) ** 2)))
 
 
 def _ess_figures(rows: list[dict]) -> dict[str, float]:
@@ -646,15 +668,15 @@ def table(cells: list[dict]) -> str:
     """The cells as a Markdown table."""
     head = (
         "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
-        "| one-shot G noise (sd) | G share of mu^2 | sd ratio (min) "
+        "| one-shot G noise (sd) | G share of mu^2 | G noise, whole budget | sd ratio (min) "
         "| 90% coverage | converged | bulk ESS min (forecast) | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 15]
+    lines = [head, "|" + "---|" * 16]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
@@ -662,7 +684,7 @@ def table(cells: list[dict]) -> str:
         lines.append(
             f"| {c['model']} | {_n_label(c['n'])} | {eps} | {c['method']} | {data} "
             f"| {_fmt(c['rms'])} | {_fmt(c['median'])} | {_fmt(c['noise_g'])} "
-            f"| {_fmt(c['g_share'])} "
+            f"| {_fmt(c['g_share'])} | {_fmt(c.get('g_floor', math.nan))} "
             f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
             f"| {_fmt(c['ess'], 0)} ({_fmt(c['forecast_ess'], 0)}) "
@@ -678,8 +700,13 @@ SD_RATIO_FLOOR = 0.8
 
 
 def targets(cell: dict) -> str:
-    """Which of issue 27's targets a private cell meets, in words (:func:`target_marks`)."""
-    return " ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in target_marks(cell))
+    """Which of issue 27's targets a private cell meets, in words (:func:`target_marks`),
+    each miss with its reason (:func:`miss_reason`)."""
+    words = []
+    for name, ok in target_marks(cell):
+        reason = "" if ok else miss_reason(cell, name)
+        words.append(f"{name} {'met' if ok else 'missed'}" + (f" ({reason})" if reason else ""))
+    return " ".join(words)
 
 
 def target_marks(cell: dict) -> list[tuple[str, bool]]:
@@ -696,6 +723,43 @@ def target_marks(cell: dict) -> list[tuple[str, bool]]:
     if bound is not None:
         marks.append((f"rms<={bound:g}", cell["rms"] <= bound))
     return marks
+
+
+#: A cell's RMS error is "the one-shot noise" where it is within this factor of the RMS of
+#: the report's ``dp_taylor_mean_noise_sd`` (the error of the means the one-shot's ``G`` and
+#: ``H`` noise cause); above it, something else adds (clipping bias, mixing, Monte Carlo).
+NOISE_BOUND_FACTOR = 1.25
+
+
+def miss_reason(cell: dict, name: str) -> str:
+    """Why a private cell misses target ``name`` (of :func:`target_marks`), read from its
+    figures; empty where they do not say.
+
+    - ``cov``: within 2 standard errors of the band (not a measured miss); over the band
+      with every sd ratio above 1 ("wide": intervals wider than NUTS's, the noise-aware
+      draws carrying the one-shot noise) or not ("over"); or under it.
+    - ``rms<=b``: where the RMS error is within :data:`NOISE_BOUND_FACTOR` of the one-shot
+      noise (``noise_mean``), the one-shot's clip if the ``G`` noise with the whole budget
+      on ``G`` (``g_floor``) is above ``b``, else the budget split; otherwise "beyond the
+      one-shot noise".
+    """
+    if name == "cov":
+        lo, hi = COVERAGE_BAND
+        cov, se = cell["coverage"], cell["coverage_se"]
+        if lo - 2 * se <= cov <= hi + 2 * se:
+            return "within 2 se"
+        if cov > hi:
+            return "wide" if cell["sd_ratio_min"] > 1.0 else "over"
+        return "narrow or biased"
+    noise = cell.get("noise_mean", math.nan)
+    if not (name.startswith("rms") and math.isfinite(noise)):
+        return ""
+    bound, floor = float(name.split("<=")[1]), cell.get("g_floor", math.nan)
+    if cell["rms"] > NOISE_BOUND_FACTOR * noise:
+        return f"beyond the one-shot noise {noise:.2f}"
+    if math.isfinite(floor) and floor > bound:
+        return f"one-shot noise {noise:.2f}; clip: whole budget on G {floor:.2f}"
+    return f"one-shot noise {noise:.2f}; split: whole budget on G {floor:.2f}"
 
 
 def plot(cells: list[dict], path: str) -> None:

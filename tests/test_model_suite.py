@@ -31,11 +31,14 @@ def test_a_method_is_added_by_name_and_limited_to_its_models():
     def fake(ds, epsilon, seed, quick):
         return {}, {}
 
+    kept = ms.METHODS.get("taylor")
     try:
         ms.register_method("taylor", models=("linear",))(fake)
         assert ms.METHODS["taylor"].fn is fake and ms.METHODS["taylor"].models == ("linear",)
     finally:
         ms.METHODS.pop("taylor", None)
+        if kept is not None:  # the suite's own entry, for the tests that follow
+            ms.METHODS["taylor"] = kept
     assert ms.METHODS["nss"].models == ("linear",) and ms.METHODS["pp_sample"].models is None
 
 
@@ -65,3 +68,38 @@ def test_summary_pools_coverage_and_averages_errors_in_square():
     (cell,) = ms.summarise(rows + [{**rows[0], "error": "boom"}])
     assert cell["rms"] == pytest.approx(math.sqrt(12.5)) and cell["coverage"] == 0.75
     assert (cell["datasets"], cell["failed"], cell["converged"]) == (2, 1, 1.0)
+
+
+def test_g_floor_is_the_g_noise_at_the_whole_budget_and_names_the_miss():
+    from pymc_penalty.privacy.budget import PrivacyBudget
+
+    mu = PrivacyBudget(2.0, ms.DELTA).mu
+    base = {
+        "model": "linear", "n": 10_000, "epsilon": 2.0, "method": "taylor", "sd_ratio": 1.1,
+        "sd_ratio_min": 1.05, "covered": 36, "n_covered": 40, "verdict": "converged",
+        "eps_spent": 2.0, "wall_s": 1.0,
+    }  # fmt: skip
+    # G got a quarter of mu^2: its noise is twice the whole-budget one, k clip / mu.
+    clip = 0.1
+    rows = [
+        {**base, "err_rms": e, "clip_g": clip, "noise_sd_g": 2 * 2 * clip / mu,
+         "mean_noise_sd": 2 * 2 * clip / mu}
+        for e in (0.5, 0.5)
+    ]  # fmt: skip
+    (cell,) = ms.summarise(rows)
+    floor = 2 * clip / mu
+    assert cell["g_floor"] == pytest.approx(floor) and cell["g_share"] == pytest.approx(0.25)
+    assert cell["noise_mean"] == pytest.approx(2 * floor)
+    bound = ms.RMS_TARGET[(10_000, 2.0)]
+    reason = ms.miss_reason(cell, f"rms<={bound:g}")
+    # An error at the one-shot's noise: the split where the whole budget would meet the
+    # bound, the clip where it would not; beyond the noise where the error is larger.
+    assert ("split" in reason) == (floor <= bound) and ("clip" in reason) == (floor > bound)
+    far = {**cell, "rms": 2 * ms.NOISE_BOUND_FACTOR * cell["noise_mean"]}
+    assert ms.miss_reason(far, f"rms<={bound:g}").startswith("beyond the one-shot noise")
+    # Coverage: 0.9 +- small is met; 1.0 with every sd ratio above 1 is "wide".
+    assert ms.miss_reason({**cell, "coverage": 1.0, "coverage_se": 0.01}, "cov") == "wide"
+    assert ms.miss_reason({**cell, "coverage": 0.6, "coverage_se": 0.01}, "cov").startswith(
+        "narrow"
+    )
+    assert ms.miss_reason({**cell, "coverage": 0.8, "coverage_se": 0.05}, "cov") == ("within 2 se")
