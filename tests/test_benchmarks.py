@@ -360,6 +360,8 @@ def check_model_suite(res: dict) -> None:
         assert _positive(cells[method]["noise_g"]), cells[method]
         # mu_G from the clip and the noise sd: a share of the run's mu^2, never above it.
         assert 0.0 < cells[method]["g_share"] <= 1.0, cells[method]
+        # The whole budget on G: below the G noise at its share (equal only at share 1).
+        assert 0.0 < cells[method]["g_floor"] <= cells[method]["noise_g"], cells[method]
     assert math.isnan(cells["penalty"]["noise_g"]) and math.isnan(cells["nuts"]["noise_g"])
     # The one-shot release spends the whole budget once; it has no chain to judge.
     assert cells["nss"]["eps_spent"] == 6.0 and math.isnan(cells["nss"]["converged"])
