@@ -56,7 +56,8 @@ The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chai
   reach: at 1 the search stopped on its bound, and ``noise_sd_g`` / ``clip_g``, the one-shot
   gradient sum's noise sd in the released whitening, about the error of the means it causes
   in posterior sds where the whitening is the posterior's, and its clip; ``mean_noise_sd``,
-  that error itself, the report's ``dp_taylor_mean_noise_sd``).
+  that error itself, the report's ``dp_taylor_mean_noise_sd``; ``clipped_fraction``, the
+  report's ``dp_clipped_fraction``).
 
 Parameters are compared in the constrained space (``sigma``, ``tau`` as sampled). One row per
 run goes to a CSV (``--csv``; ``benchmarks/results/model_suite.csv`` by default, a temporary
@@ -311,6 +312,9 @@ def _private_info(idata) -> dict[str, Any]:
         # The same noise's error of the means in the released posterior's sds (whitening
         # and posterior apart), from the report since 2026-11-28.
         "mean_noise_sd": float(attrs.get("dp_taylor_mean_noise_sd", math.nan)),
+        # The mean over kept steps of the released (noisy) fraction of rows the step's clip
+        # cut (the Taylor path: rows whose residual exceeded its clip), since 2026-11-28.
+        "clipped_fraction": float(attrs.get("dp_clipped_fraction", math.nan)),
         "chains": int(idata.posterior.sizes["chain"]),
         "draws": int(idata.posterior.sizes["draw"]),
     }
@@ -887,7 +891,7 @@ CSV_FIELDS = (
     "model", "n", "epsilon", "method", "dataset", "err_rms", "err_max", "sd_ratio",
     "sd_ratio_min", "covered", "n_covered", "verdict", "eps_spent", "r_hat_max",
     "ess_bulk_min", "forecast_ess", "forecast_verdict", "noise_sd", "start_offset", "noise_sd_g",
-    "clip_g", "mean_noise_sd", "chains", "draws", "wall_s", "error",
+    "clip_g", "mean_noise_sd", "clipped_fraction", "chains", "draws", "wall_s", "error",
 )  # fmt: skip
 
 
