@@ -743,9 +743,10 @@ def miss_reason(cell: dict, name: str) -> str:
       with every sd ratio above 1 ("wide": intervals wider than NUTS's, the noise-aware
       draws carrying the one-shot noise) or not ("over"); or under it.
     - ``rms<=b``: where the RMS error is within :data:`NOISE_BOUND_FACTOR` of the one-shot
-      noise (``noise_mean``), the one-shot's clip if the ``G`` noise with the whole budget
-      on ``G`` (``g_floor``) is above ``b``, else the budget split; otherwise "beyond the
-      one-shot noise".
+      noise (``noise_mean``) and that noise is above ``b``, the one-shot's clip if the ``G``
+      noise with the whole budget on ``G`` (``g_floor``) is above ``b``, else the budget
+      split; a noise within ``b`` leaves the rest to blame (clipping bias, mixing, Monte
+      Carlo); an error above that factor is "beyond the one-shot noise".
     """
     if name == "cov":
         lo, hi = COVERAGE_BAND
@@ -761,6 +762,8 @@ def miss_reason(cell: dict, name: str) -> str:
     bound, floor = float(name.split("<=")[1]), cell.get("g_floor", math.nan)
     if cell["rms"] > NOISE_BOUND_FACTOR * noise:
         return f"beyond the one-shot noise {noise:.2f}"
+    if noise <= bound:
+        return f"one-shot noise {noise:.2f} within it; the rest adds"
     if math.isfinite(floor) and floor > bound:
         return f"one-shot noise {noise:.2f}; clip: whole budget on G {floor:.2f}"
     return f"one-shot noise {noise:.2f}; split: whole budget on G {floor:.2f}"

@@ -95,6 +95,8 @@ def test_g_floor_is_the_g_noise_at_the_whole_budget_and_names_the_miss():
     # An error at the one-shot's noise: the split where the whole budget would meet the
     # bound, the clip where it would not; beyond the noise where the error is larger.
     assert ("split" in reason) == (floor <= bound) and ("clip" in reason) == (floor > bound)
+    quiet = {**cell, "noise_mean": 0.9 * bound, "rms": 1.1 * bound}
+    assert ms.miss_reason(quiet, f"rms<={bound:g}").endswith("the rest adds")
     far = {**cell, "rms": 2 * ms.NOISE_BOUND_FACTOR * cell["noise_mean"]}
     assert ms.miss_reason(far, f"rms<={bound:g}").startswith("beyond the one-shot noise")
     # Coverage: 0.9 +- small is met; 1.0 with every sd ratio above 1 is "wide".
