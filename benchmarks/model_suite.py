@@ -27,6 +27,8 @@ Methods (a registry: :func:`register_method` adds one by name):
 - ``taylor``: the same with ``method="taylor"`` (the Taylor control-variate path);
 - ``taylor_add_remove``: ``taylor`` under add/remove-one neighbours;
 - ``taylor_one_stage``: ``taylor`` with the one-shot's single expansion (for comparison);
+- ``taylor_noise15``: ``taylor`` with the chains' residual clip at a per-step noise sd of 1.5
+  instead of 1 (for comparison: fewer rows clipped, slower chains);
 - ``penalty``: the same with ``method="penalty"`` (the plain penalty walk);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
   ``idata = pm.sample(step=step)`` at pm.sample's defaults (``cores=1``, so 2 chains), then
@@ -374,6 +376,20 @@ def run_taylor_one_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
         return _run_method(ds, epsilon, seed, quick, "taylor")
     finally:
         budgeted.TAYLOR_FIRST_STAGE = saved
+
+
+@register_method("taylor_noise15")
+def run_taylor_noise15(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with the chains' residual clip raised until a typical move's noise sd is
+    1.5 (``RESIDUAL_NOISE_SD``, 1 by default), for comparison: fewer rows clipped at each
+    step (less clipping bias), more noise per step (slower chains)."""
+    from pymc_penalty.sampling import taylor as st
+
+    saved, st.RESIDUAL_NOISE_SD = st.RESIDUAL_NOISE_SD, 1.5
+    try:
+        return _run_method(ds, epsilon, seed, quick, "taylor")
+    finally:
+        st.RESIDUAL_NOISE_SD = saved
 
 
 @register_method("penalty")

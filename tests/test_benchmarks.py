@@ -344,7 +344,7 @@ def check_model_suite(res: dict) -> None:
     cells = {c["method"]: c for c in res["cells"]}
     expected = {
         "nuts", "pp_sample", "step", "nss", "taylor", "taylor_add_remove", "taylor_one_stage",
-        "penalty",
+        "taylor_noise15", "penalty",
     }  # fmt: skip
     assert set(cells) == expected and res["errors"] == 0, cells
     for c in cells.values():

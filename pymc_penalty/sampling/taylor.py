@@ -231,10 +231,10 @@ class TaylorModel:
 
 
 def noise_limited_clip(
-    taylor: TaylorModel, likelihood_mu: float, relation: str, noise_sd: float = RESIDUAL_NOISE_SD
+    taylor: TaylorModel, likelihood_mu: float, relation: str, noise_sd: float | None = None
 ) -> float:
     """The residual clip to run with: the released ``r``, raised until a typical move's noise
-    sd reaches ``noise_sd``.
+    sd reaches ``noise_sd`` (default :data:`RESIDUAL_NOISE_SD`, read at the call).
 
     A step's noise sd is ``k B / mu`` with ``B = clip * residual_length`` (``k`` = 2
     substitute-one, 1 add/remove-one) and ``mu`` the step's likelihood ``mu``; at the
@@ -250,6 +250,7 @@ def noise_limited_clip(
     length = taylor.noise_length if np.isfinite(taylor.noise_length) else taylor.probe_length
     if not (np.isfinite(length) and length > 0.0):
         return float(taylor.residual_clip)
+    noise_sd = RESIDUAL_NOISE_SD if noise_sd is None else noise_sd  # read at call time
     k = 2.0 if relation == "substitute" else 1.0
     by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(length))
     return max(float(taylor.residual_clip), by_noise)
