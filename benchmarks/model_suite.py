@@ -113,6 +113,13 @@ OUTLIER_SHARE = 0.05
 NOT_COVERED = {"robust": {"sigma"}}
 #: NUTS reference settings (pm.sample's defaults but 2 chains on one core).
 NUTS = {"draws": 1000, "tune": 1000, "chains": 2}
+#: The reference's chains must agree: a NUTS run with a larger R-hat is run again once
+#: (another seed, twice the tuning); if that one's chains disagree too, the data set is not
+#: scored. One logistic data set at n = 1e5 (index 1) had given the private run an error of
+#: 1.0 and an sd ratio of 0.002 against a reference with one chain stuck
+#: (``scripts/check_suite_reference.py``). Not the 1.01 of a converged verdict: 2 chains of
+#: 1000 draws (300 in quick mode) exceed that by chance on some parameter.
+NUTS_R_HAT = 1.05
 #: ``--quick`` (CI, under 90 s): one small linear data set, a large epsilon, short runs.
 QUICK = {"models": ["linear"], "n": [2000.0], "eps": [6.0], "datasets": 1}
 QUICK_DRAWS = 200
@@ -500,20 +507,35 @@ def run_nss(ds: Dataset, epsilon: float, seed: int, quick: bool):
     return {"b": bs + shift_b, "sigma": sigmas}, info
 
 
-def run_nuts(ds: Dataset, seed: int, quick: bool) -> tuple[dict[str, np.ndarray], float]:
-    """The reference: NUTS on the same data (quick mode: 300 + 300 steps)."""
+def run_nuts(ds: Dataset, seed: int, quick: bool) -> tuple[dict[str, np.ndarray], float, float]:
+    """The reference: NUTS on the same data (quick mode: 300 + 300 steps), with its wall
+    time and largest R-hat; run again once (seed + 1, twice the tuning) where that R-hat is
+    above :data:`NUTS_R_HAT`, keeping the run with the smaller."""
+    import arviz as az
     import pymc as pm
 
     model = build_model(ds)
+    names = [v.name for v in model.free_RVs]
     kw = dict(NUTS)
     if quick:
         kw.update(draws=300, tune=300)
     t0 = time.perf_counter()
-    with model:
-        idata = pm.sample(
-            **kw, cores=1, random_seed=seed, progressbar=False, compute_convergence_checks=False
-        )
-    return _draws(idata, [v.name for v in model.free_RVs]), time.perf_counter() - t0
+    best: tuple[dict[str, np.ndarray], float] | None = None
+    for attempt in range(2):
+        with model:
+            idata = pm.sample(
+                **{**kw, "tune": kw["tune"] * (1 + attempt)},
+                cores=1,
+                random_seed=seed + attempt,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        r_hat = float(az.rhat(idata, var_names=names).to_array().max())
+        if best is None or r_hat < best[1]:
+            best = (_draws(idata, names), r_hat)
+        if best[1] <= NUTS_R_HAT:
+            break
+    return best[0], time.perf_counter() - t0, best[1]
 
 
 # --- metrics -------------------------------------------------------------------------------
@@ -1046,13 +1068,18 @@ def run_grid(args: argparse.Namespace, path: str, rows: list[dict]) -> None:
                 for model in args.models:
                     ds = make_dataset(model, n, index)
                     seed = 1000 * index + 1
-                    out, wall, err = _quiet_run(run_nuts, ds, seed, args.quick)
+                    out, _, err = _quiet_run(run_nuts, ds, seed, args.quick)
                     base = {"model": model, "n": n, "dataset": index}
                     if err:  # no reference: the data set's private runs cannot be scored
                         record({**base, "epsilon": None, "method": "nuts", "error": err})
                         continue
-                    ref = out[0]
+                    ref, wall, r_hat = out
+                    if r_hat > NUTS_R_HAT:  # a reference that did not converge scores nothing
+                        err = f"reference not converged (R-hat {r_hat:.3f}, twice)"
+                        record({**base, "epsilon": None, "method": "nuts", "error": err})
+                        continue
                     row = {**base, "epsilon": None, "method": "nuts", "wall_s": wall}
+                    row["r_hat_max"] = r_hat
                     record({**row, **compare(ds, ref, ref), "verdict": "reference"})
                     for eps in args.eps:
                         for method in args.methods:

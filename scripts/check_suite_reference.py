@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ds = ms.make_dataset("logistic", args.n, args.dataset)
     mode, sd = laplace(ds)
-    nuts, _ = ms.run_nuts(ds, args.nuts_seed, False)
+    nuts, _, _ = ms.run_nuts(ds, args.nuts_seed, False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pp.sample(

@@ -371,6 +371,8 @@ def check_model_suite(res: dict) -> None:
     # The summary recomputed from the per-run CSV it wrote.
     with open(res["csv"], newline="", encoding="utf-8") as fh:
         rows = {r["method"]: r for r in csv.DictReader(fh)}
+    # The reference's chains agreed (else the data set would be an error, not scored).
+    assert 1.0 - 0.05 < float(rows["nuts"]["r_hat_max"]) <= 1.05, rows["nuts"]
     for method, c in cells.items():
         r = rows[method]
         assert c["rms"] == pytest.approx(float(r["err_rms"]), abs=1e-4), method

@@ -105,3 +105,36 @@ def test_g_floor_is_the_g_noise_at_the_whole_budget_and_names_the_miss():
         "narrow"
     )
     assert ms.miss_reason({**cell, "coverage": 0.8, "coverage_se": 0.05}, "cov") == ("within 2 se")
+
+
+def test_a_reference_whose_chains_disagree_scores_nothing(monkeypatch, tmp_path):
+    import argparse
+
+    calls = []
+
+    def fake_method(ds, epsilon, seed, quick):
+        calls.append(seed)
+        return {k: np.zeros((4, *np.shape(v))) for k, v in ds.truth.items()}, {}
+
+    def nuts(r_hat):
+        def run(ds, seed, quick):
+            draws = {k: np.random.default_rng(0).normal(size=(50, *np.shape(v))) for k, v in
+                     ds.truth.items()}  # fmt: skip
+            return draws, 0.1, r_hat
+
+        return run
+
+    monkeypatch.setitem(ms.METHODS, "fake", ms.MethodEntry(fake_method, None, "substitute"))
+    args = argparse.Namespace(
+        first_dataset=0, datasets=1, n=[200], models=["linear"], eps=[1.0], methods=["fake"],
+        quick=True,
+    )  # fmt: skip
+    for r_hat, scored in ((1.001, True), (1.3, False)):
+        monkeypatch.setattr(ms, "run_nuts", nuts(r_hat))
+        rows: list[dict] = []
+        calls.clear()
+        ms.run_grid(args, str(tmp_path / "rows.csv"), rows)
+        (ref,) = [r for r in rows if r["method"] == "nuts"]
+        assert bool(calls) == scored and (ref.get("error") is None) == scored, rows
+        if not scored:
+            assert "reference not converged" in ref["error"] and len(rows) == 1
