@@ -61,7 +61,7 @@ def clip_before(edges, counts, sd, mu_sum, dim, rows, factor) -> float:
     def by_tail(tail: float) -> float:  # the old bin-by-bin reading, kept by the package
         return tc.clip_by_visible_tail(edges, counts, sd, tail)
 
-    aim = 2.0 * math.sqrt(dim) / mu_sum
+    aim = wt.balance_rows(dim, mu_sum, "substitute")
     q90 = by_tail(0.1 * rows)
     hi_rows = max(0.01 * rows, 10.0 * sd)
     q_hi = by_tail(hi_rows)
@@ -121,7 +121,7 @@ def measure(model_name: str, n: int, index: int, epsilon: float, releases: int, 
     for kind, edges, factor, factor_before, share, dim in kinds:
         exact = np.asarray(data.norm_counts(e, kind, edges), float)
         mu_sum = math.sqrt(share * oneshot_mu2)
-        aimed = _edge_above(edges, exact, 2.0 * math.sqrt(dim) / mu_sum)
+        aimed = _edge_above(edges, exact, wt.balance_rows(dim, mu_sum, "substitute"))
         got = {"now": [], "before": []}
         for _ in range(releases):
             noisy, sd = tc.noisy_counts(exact, mu_hist, noise, "substitute")

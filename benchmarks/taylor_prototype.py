@@ -190,7 +190,7 @@ def warm_start(m: Glm, x, y, ledger: Ledger, mu2_ws: float, rounds: int, rng):
         rel = tl.release_sums(rows, c_g, c_H, mu_G, mu_H, rng)
         # the first step is in the prior's metric (4 prior sds at most), later ones in the
         # released posterior metric, where a far start is many sds away
-        floor = 3.0 * rel.sd_H * np.sqrt(D)
+        floor = tl.curvature_floor(rel.sd_H, D)
         w, P = _newton(rel.G, rel.H, L, m, theta, cap=4.0 if k == 0 else 1e3, floor=floor)
         theta = theta + L @ w
         L = L @ np.linalg.cholesky(np.linalg.inv(P))

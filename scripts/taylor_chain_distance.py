@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import model_suite as ms  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.privacy import taylor as tl  # noqa: E402
 from pymc_penalty.results.noise_aware import _forward_fn  # noqa: E402
 from pymc_penalty.sampling import taylor as st  # noqa: E402
 
@@ -82,7 +83,7 @@ def run(model_name: str, eps: float, index: int, n: int, seed: int) -> dict:
         k = tm.release.H.shape[0]
         curv = np.sort(np.linalg.eigvalsh(-0.5 * (tm.release.H + tm.release.H.T)))
         out["H_eig"] = [float(v) for v in curv[:3]]
-        out["floor"] = 3.0 * float(tm.release.sd_H) * math.sqrt(k)
+        out["floor"] = tl.curvature_floor(tm.release.sd_H, k)
     return out
 
 

@@ -49,7 +49,7 @@ def test_the_top_of_a_thin_tail_is_found_and_an_empty_histogram_has_none() -> No
 
 def test_the_count_above_an_edge_is_unbiased_with_the_noise_it_states() -> None:
     """Over 2000 releases the count above an edge in the tail averages to the exact count
-    within 4 Monte Carlo standard errors (from the stated sd ``rows_above_sd``), and its
+    within 4 Monte Carlo standard errors (from the stated sd ``TailCounts.noise_sd``), and its
     spread is the stated sd within 10%; the bin-by-bin reading (the must-fail side) is
     biased low by hundreds of rows."""
     counts = _thin_tail()
@@ -59,8 +59,9 @@ def test_the_count_above_an_edge_is_unbiased_with_the_noise_it_states() -> None:
     got, stated, old = [], [], []
     for seed in range(2000):
         noisy = np.round(counts + np.random.default_rng(seed).normal(0.0, SD, counts.size))
-        got.append(tc.rows_above(noisy, SD)[edge])
-        stated.append(tc.rows_above_sd(noisy, SD, edge))
+        tails = tc.TailCounts.of(noisy, SD)
+        got.append(tails.above[edge])
+        stated.append(tails.noise_sd(edge))
         kept = np.where(noisy - 0.5 > k * SD, noisy, 0.0)
         old.append(kept[edge + 1 :].sum())
     got = np.array(got)

@@ -39,8 +39,10 @@ __all__ = [
     "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
     "TAYLOR_FIRST_STAGE",
+    "balance_rows",
     "far_from_expansion",
     "TAYLOR_TUNE",
+    "stage_edges",
     "taylor_moves_per_draw",
     "taylor_oneshot",
     "taylor_oneshot_on",
@@ -146,6 +148,14 @@ _RESOLVED_SDS = 3.0
 _RECAPTURE = 4.0
 
 
+def balance_rows(dim: int, mu_sum: float, relation: str) -> float:
+    """Rows above a one-shot clip where raising it adds as much to the noise's expected norm
+    as it removes from the clipped sum: ``k sqrt(dim) / mu_sum`` (``k`` = 2 substitute-one,
+    1 add/remove-one; ``dim`` the released sum's dimension, ``mu_sum`` its ``mu``). Public."""
+    k = 2.0 if relation == "substitute" else 1.0
+    return k * math.sqrt(dim) / float(mu_sum)
+
+
 def _oneshot_clip(
     edges: np.ndarray,
     counts: np.ndarray,
@@ -162,10 +172,9 @@ def _oneshot_clip(
     bound clips at every step: its clipped part is lost to the chain's target, a bias that
     the noise-aware draws do not cover (the README's logistic regression: 97 rows above
     twice the 90% quantile, leftovers summing to 3.5 noise sds, means 1-1.5 sd off). The
-    clip therefore aims where about ``R k sqrt(dim) / mu_sum`` rows lie above it (``k`` = 2
-    substitute-one, 1 add/remove-one; at ``R = 1`` raising the clip adds as much to the
-    noise's expected norm as it removes from the clipped sum; :data:`_RECAPTURE` ``R`` = 4
-    counts the part of a leftover the chains' residual carries).
+    clip therefore aims where about ``R`` times :func:`balance_rows` rows lie above it
+    (:data:`_RECAPTURE` ``R`` = 4 counts the part of a leftover the chains' residual
+    carries).
 
     The counts above an edge are read from the top of the data down
     (:class:`~pymc_penalty.privacy.taylor.clips.TailCounts`), with the noise of the bins they
@@ -188,8 +197,7 @@ def _oneshot_clip(
     compares this reading with the one before 2026-11-28 (bins below their own noise read
     as empty) on the suite's histograms.
     """
-    k = 2.0 if relation == "substitute" else 1.0
-    aim = _RECAPTURE * k * math.sqrt(dim) / float(mu_sum)  # rows above the clip
+    aim = _RECAPTURE * balance_rows(dim, mu_sum, relation)  # rows above the clip
 
     tails = tc.TailCounts.of(counts, sd)
 
@@ -254,7 +262,7 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
     # flat (or turned upward by the noise) is read as that noise level, the least curvature
     # the release can tell from none, so the search has a mode to find near t.
     lam_q, V_q = np.linalg.eigh(0.5 * (quad + quad.T))
-    least = 3.0 * release.sd_H * math.sqrt(k) if order == 2 else 0.0
+    least = tl.curvature_floor(release.sd_H, k) if order == 2 else 0.0
     quad = (V_q * np.minimum(lam_q, -least)) @ V_q.T
     cap = NEWTON_RADIUS * math.sqrt(d)
     quad_v = embed.T @ quad @ embed
@@ -267,7 +275,7 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
         grad, hess = prior(t + L_full @ v)
         P = -L_full.T @ hess @ L_full - quad_v
         lam, V = np.linalg.eigh(0.5 * (P + P.T))
-        floor = max(float(lam.max()) * 1e-3, 3.0 * release.sd_H * math.sqrt(k), 1e-12)
+        floor = max(float(lam.max()) * 1e-3, tl.curvature_floor(release.sd_H, k), 1e-12)
         slope = L_full.T @ grad + embed.T @ (release.G + quad @ (embed @ v))
         return (V * np.maximum(lam, floor)) @ V.T, slope
 

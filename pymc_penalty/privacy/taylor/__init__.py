@@ -42,6 +42,7 @@ __all__ = [
     "clip_rows",
     "clipped_residual_sum",
     "combine_releases",
+    "curvature_floor",
     "hessian_noise_sds",
     "noise_aware_draws",
     "oneshot_sensitivities",
@@ -350,6 +351,19 @@ def symmetric_noise(d: int, sd: float, rng: np.random.Generator) -> np.ndarray:
     """
     A = rng.normal(0.0, sd, size=(d, d))
     return (A + A.T) / 2.0 if d > 0 else A
+
+
+#: Noise sds (of the released Hessian's spectrum) below which a released curvature is not
+#: told from none (:func:`curvature_floor`).
+CURVATURE_FLOOR_SDS = 3.0
+
+
+def curvature_floor(sd_H: float, d: int) -> float:
+    """The least curvature a released ``d x d`` Hessian of entry noise sd ``sd_H`` tells from
+    none: :data:`CURVATURE_FLOOR_SDS` times the noise sd of its spectrum, about ``sd_H
+    sqrt(d)`` (:func:`symmetric_noise`). The released mode search reads any flatter (or
+    upturned) direction as this (public values only)."""
+    return CURVATURE_FLOOR_SDS * float(sd_H) * math.sqrt(d)
 
 
 def hessian_noise_sds(d: int, sd: float) -> np.ndarray:

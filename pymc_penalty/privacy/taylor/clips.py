@@ -28,8 +28,6 @@ __all__ = [
     "noisy_counts",
     "noisy_histogram",
     "noisy_quantile",
-    "rows_above",
-    "rows_above_sd",
     "TailCounts",
 ]
 
@@ -190,17 +188,6 @@ class TailCounts:
         return float(edges[min(int(over[-1]) + 1, len(edges) - 1)])
 
 
-def rows_above(counts: np.ndarray, sd: float, alpha: float = 0.01) -> np.ndarray:
-    """:attr:`TailCounts.above`: the noisy count of rows above each edge, shape
-    ``(len(counts) - 1,)``."""
-    return TailCounts.of(counts, sd, alpha).above
-
-
-def rows_above_sd(counts: np.ndarray, sd: float, edge_index: int, alpha: float = 0.01) -> float:
-    """:meth:`TailCounts.noise_sd`: the noise sd of :func:`rows_above` at ``edge_index``."""
-    return TailCounts.of(counts, sd, alpha).noise_sd(edge_index)
-
-
 def noisy_quantile(
     edges: np.ndarray, counts: np.ndarray, sd: float, q: float, total: float | None = None
 ) -> float:
@@ -232,7 +219,7 @@ def clip_by_scale(
 def clip_by_tail(
     edges: np.ndarray, counts: np.ndarray, sd: float, tail: float, alpha: float = 0.01
 ) -> float:
-    """Smallest edge above which the noisy count of rows (:func:`rows_above`) is at most
+    """Smallest edge above which the noisy count of rows (:attr:`TailCounts.above`) is at most
     ``tail``: the edge above the highest one whose count exceeds it.
 
     The count above an edge is read from the top of the data down (:func:`data_top`), so a
