@@ -638,15 +638,15 @@ def _rms_of(rows: list[dict], key: str) -> float:
 
 
 def _k_and_mu(method: str, epsilon: float | None) -> tuple[float, float] | None:
-    """The method's ``k`` (2 substitute-one, 1 add/remove-one) and the ``mu`` of
-    ``(epsilon, DELTA)``; None without a private method and epsilon."""
+    """The method's ``k`` (``Neighbours.factor``: 2 substitute-one, 1 add/remove-one) and
+    the ``mu`` of ``(epsilon, DELTA)``; None without a private method and epsilon."""
+    from pymc_penalty.accounting.sensitivity import Neighbours
     from pymc_penalty.privacy.budget import PrivacyBudget
 
     entry = METHODS.get(method)
     if epsilon is None or entry is None:
         return None
-    k = 1.0 if entry.neighbours == "add_remove" else 2.0
-    return k, PrivacyBudget(float(epsilon), DELTA).mu
+    return Neighbours.parse(entry.neighbours).factor, PrivacyBudget(float(epsilon), DELTA).mu
 
 
 def _g_share(rows: list[dict], method: str, epsilon: float | None) -> float:
@@ -797,7 +797,8 @@ def miss_reason(cell: dict, name: str) -> str:
     noise = cell.get("noise_mean", math.nan)
     if not (name.startswith("rms") and math.isfinite(noise)):
         return ""
-    bound, floor = float(name.split("<=")[1]), cell.get("g_floor", math.nan)
+    bound = RMS_TARGET[(int(cell["n"]), float(cell["epsilon"]))]
+    floor = cell.get("g_floor", math.nan)
     if cell["rms"] > NOISE_BOUND_FACTOR * noise:
         return f"beyond the one-shot noise {noise:.2f}"
     if noise <= bound:

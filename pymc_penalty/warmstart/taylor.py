@@ -150,10 +150,10 @@ _RECAPTURE = 4.0
 
 def balance_rows(dim: int, mu_sum: float, relation: str) -> float:
     """Rows above a one-shot clip where raising it adds as much to the noise's expected norm
-    as it removes from the clipped sum: ``k sqrt(dim) / mu_sum`` (``k`` = 2 substitute-one,
-    1 add/remove-one; ``dim`` the released sum's dimension, ``mu_sum`` its ``mu``). Public."""
-    k = 2.0 if relation == "substitute" else 1.0
-    return k * math.sqrt(dim) / float(mu_sum)
+    as it removes from the clipped sum: ``k sqrt(dim) / mu_sum`` (``k``
+    :attr:`~pymc_penalty.accounting.sensitivity.Neighbours.factor`, 2 substitute-one, 1
+    add/remove-one; ``dim`` the released sum's dimension, ``mu_sum`` its ``mu``). Public."""
+    return Neighbours.parse(relation).factor * math.sqrt(dim) / float(mu_sum)
 
 
 def _oneshot_clip(
