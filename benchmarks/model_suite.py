@@ -29,6 +29,11 @@ Methods (a registry: :func:`register_method` adds one by name):
 - ``taylor_one_stage``: ``taylor`` with the one-shot's single expansion (for comparison);
 - ``taylor_noise15``: ``taylor`` with the chains' residual clip at a per-step noise sd of 1.5
   instead of 1 (for comparison: fewer rows clipped, slower chains);
+- ``taylor_cap2``: ``taylor`` with the chains' per-step noise sd capped at 2 at a typical
+  move (the released residual clip raises it no further);
+- ``taylor_short``: ``taylor`` with 1000 draws per chain and the chains' share of the budget
+  cut to keep each step's ``mu`` (for comparison: more of the budget on the one-shot);
+- ``taylor_warm10``: ``taylor`` with 10% of the budget on the warm start instead of 20%;
 - ``penalty``: the same with ``method="penalty"`` (the plain penalty walk);
 - ``step``: the card usage, ``with model: step = pp.PenaltyMetropolis(epsilon=, delta=)``,
   ``idata = pm.sample(step=step)`` at pm.sample's defaults (``cores=1``, so 2 chains), then
@@ -123,6 +128,8 @@ NUTS_R_HAT = 1.05
 #: ``--quick`` (CI, under 90 s): one small linear data set, a large epsilon, short runs.
 QUICK = {"models": ["linear"], "n": [2000.0], "eps": [6.0], "datasets": 1}
 QUICK_DRAWS = 200
+#: ``taylor_short``'s draws per chain.
+SHORT_DRAWS = 1000
 DEFAULT_CSV = os.path.join(REPO_ROOT, "benchmarks", "results", "model_suite.csv")
 DOCS_PATH = os.path.join(REPO_ROOT, "docs", "benchmarks", "model-suite.md")
 #: The verdicts of the package's report (other methods have none: ``converged`` is NaN).
@@ -397,6 +404,46 @@ def run_taylor_noise15(ds: Dataset, epsilon: float, seed: int, quick: bool):
         return _run_method(ds, epsilon, seed, quick, "taylor")
     finally:
         st.RESIDUAL_NOISE_SD = saved
+
+
+@register_method("taylor_cap2")
+def run_taylor_cap2(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with the chains' residual clip capped where a typical move's noise sd is 2
+    (``RESIDUAL_NOISE_CAP``): the released residual clip no longer raises it further, for
+    comparison (more rows clipped at each step where the residuals' tail is long, chains
+    that move)."""
+    from unittest import mock
+
+    from pymc_penalty.sampling import taylor as st
+
+    with mock.patch.object(st, "RESIDUAL_NOISE_CAP", 2.0):
+        return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
+@register_method("taylor_short")
+def run_taylor_short(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with 1000 draws per chain instead of 4000 and the chains' share of ``mu^2``
+    cut so that each step's ``mu`` is unchanged (a third of the steps: ``TAYLOR_SHARE``
+    1 - 0.2 / 3), the rest going to the one-shot release, for comparison."""
+    from unittest import mock
+
+    from pymc_penalty import api, budgeted
+    from pymc_penalty.warmstart.taylor import TAYLOR_DRAWS, TAYLOR_SHARE, TAYLOR_TUNE
+
+    steps = (SHORT_DRAWS + TAYLOR_TUNE) / (TAYLOR_DRAWS + TAYLOR_TUNE)
+    share = 1.0 - (1.0 - TAYLOR_SHARE) * steps
+    extra = {} if quick else {"draws": SHORT_DRAWS}
+    with mock.patch.object(api, "TAYLOR_SHARE", share):
+        with mock.patch.object(budgeted, "TAYLOR_SHARE", share):
+            return _run_method(ds, epsilon, seed, quick, "taylor", **extra)
+
+
+@register_method("taylor_warm10")
+def run_taylor_warm10(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with ``warm_start=0.1`` (10% of ``mu^2`` on the warm start instead of the
+    default 20%), for comparison: the two-stage one-shot corrects a warm start far from the
+    mode."""
+    return _run_method(ds, epsilon, seed, quick, "taylor", warm_start=0.1)
 
 
 @register_method("penalty")

@@ -38,6 +38,7 @@ __all__ = [
     "draw_move",
     "INDEPENDENT_SHARE",
     "RESIDUAL_FLOOR",
+    "RESIDUAL_NOISE_CAP",
     "RESIDUAL_NOISE_SD",
     "TaylorModel",
     "TaylorPenaltyMetropolis",
@@ -54,6 +55,10 @@ RESIDUAL_FLOOR = 1.0
 #: covariates, and overestimated its effects by 1-1.5 sd); the noise only slows the chain
 #: (the penalty test stays exact), and a noise sd near 1 costs it little.
 RESIDUAL_NOISE_SD = 1.0
+
+#: The largest per-step noise sd, at a typical move, to which the released residual clip may
+#: raise the chains' clip (:func:`noise_limited_clip`; read at the call).
+RESIDUAL_NOISE_CAP = math.inf
 
 
 #: After tuning, the share of the Taylor step's moves drawn independently from the released
@@ -253,7 +258,8 @@ def noise_limited_clip(
     noise_sd = RESIDUAL_NOISE_SD if noise_sd is None else noise_sd  # read at call time
     k = 2.0 if relation == "substitute" else 1.0
     by_noise = float(noise_sd) * float(likelihood_mu) / (k * float(length))
-    return max(float(taylor.residual_clip), by_noise)
+    capped = by_noise * max(RESIDUAL_NOISE_CAP / float(noise_sd), 1.0)
+    return min(max(float(taylor.residual_clip), by_noise), capped)
 
 
 def with_chains_clip(
