@@ -64,7 +64,10 @@ The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chai
   gradient sum's noise sd in the released whitening, about the error of the means it causes
   in posterior sds where the whitening is the posterior's, and its clip; ``mean_noise_sd``,
   that error itself, the report's ``dp_taylor_mean_noise_sd``; ``clipped_fraction``, the
-  report's ``dp_clipped_fraction``).
+  report's ``dp_clipped_fraction``);
+- ``loud_runs`` (``loud_converged``): the runs whose residual noise sd at a typical move is
+  above 1.5 (those of them "converged"): there the released residual clip raised the
+  chains' clip past the noise-limited one.
 
 Parameters are compared in the constrained space (``sigma``, ``tau`` as sampled). One row per
 run goes to a CSV (``--csv``; ``benchmarks/results/model_suite.csv`` by default, a temporary
@@ -128,6 +131,9 @@ NUTS_R_HAT = 1.05
 #: ``--quick`` (CI, under 90 s): one small linear data set, a large epsilon, short runs.
 QUICK = {"models": ["linear"], "n": [2000.0], "eps": [6.0], "datasets": 1}
 QUICK_DRAWS = 200
+#: A run's residual noise sd at a typical move above this is counted in the summary's
+#: ``loud_runs`` (the noise-limited clip gives 1).
+LOUD_NOISE_SD = 1.5
 #: ``taylor_short``'s draws per chain.
 SHORT_DRAWS = 1000
 DEFAULT_CSV = os.path.join(REPO_ROOT, "benchmarks", "results", "model_suite.csv")
@@ -670,9 +676,25 @@ def summarise(rows: list[dict]) -> list[dict]:
                 g_floor=_g_floor(ok, method, eps),
                 noise_mean=_rms_of(ok, "mean_noise_sd"),
                 **_ess_figures(ok),
+                **_loud_runs(ok),
             )
         out.append(line)
     return out
+
+
+def _loud_runs(rows: list[dict]) -> dict[str, float]:
+    """``loud_runs``: the runs whose residual noise sd at a typical move (``noise_sd``) is
+    above :data:`LOUD_NOISE_SD`, there where the released residual clip raised the chains'
+    clip past the noise-limited one; ``loud_converged``: those the report calls converged
+    (NaN where no run has a ``noise_sd``)."""
+    sds = [r.get("noise_sd", math.nan) for r in rows]
+    if not any(np.isfinite(v) for v in sds):
+        return {"loud_runs": math.nan, "loud_converged": math.nan}
+    loud = [r for r, v in zip(rows, sds, strict=True) if v > LOUD_NOISE_SD]
+    return {
+        "loud_runs": float(len(loud)),
+        "loud_converged": float(sum(r["verdict"] == "converged" for r in loud)),
+    }
 
 
 def _rms_of(rows: list[dict], key: str) -> float:
@@ -758,14 +780,15 @@ def table(cells: list[dict]) -> str:
     head = (
         "| model | n | epsilon | method | data sets | RMS error (NUTS sd) | median "
         "| one-shot G noise (sd) | G share of mu^2 | G noise, whole budget | sd ratio (min) "
-        "| 90% coverage | converged | bulk ESS min (forecast) | epsilon spent | wall (s) |"
+        "| 90% coverage | converged | bulk ESS min (forecast) | residual noise sd > 1.5 "
+        "(converged) | epsilon spent | wall (s) |"
     )
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 17]
     for c in cells:
         if not c["datasets"]:
             lines.append(
                 f"| {c['model']} | {_n_label(c['n'])} | {c['epsilon']} | {c['method']} | 0 "
-                f"({c['failed']} failed) | | | | | | | | | | | |"
+                f"({c['failed']} failed) | | | | | | | | | | | | |"
             )
             continue
         eps = "-" if c["method"] == "nuts" else f"{c['epsilon']:g}"
@@ -777,6 +800,8 @@ def table(cells: list[dict]) -> str:
             f"| {_fmt(c['sd_ratio'])} ({_fmt(c['sd_ratio_min'])}) "
             f"| {_fmt(c['coverage'])} ± {_fmt(c['coverage_se'])} | {_fmt(c['converged'])} "
             f"| {_fmt(c['ess'], 0)} ({_fmt(c['forecast_ess'], 0)}) "
+            f"| {_fmt(c.get('loud_runs', math.nan), 0)} "
+            f"({_fmt(c.get('loud_converged', math.nan), 0)}) "
             f"| {_fmt(c['eps_spent'])} | {_fmt(c['wall_s'], 1)} |"
         )
     return "\n".join(lines)
@@ -995,7 +1020,8 @@ def _quiet_run(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, str | No
             return None, time.perf_counter() - t0, f"{type(exc).__name__}: {str(exc)[:160]}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments (``--quick`` sets its slice; unknown methods are refused)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--n", type=float, nargs="+", default=[1e4, 1e5])
@@ -1026,6 +1052,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.methods) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods {sorted(unknown)}; registered: {list(METHODS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     path = args.csv or (
         os.path.join(tempfile.gettempdir(), "model_suite_quick.csv") if args.quick else DEFAULT_CSV
     )
@@ -1036,9 +1067,14 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     rows: list[dict] = []
     if args.from_csv:
-        # --first-dataset and --datasets select the data sets read (all by default).
+        # --first-dataset and --datasets select the data sets read (all by default); --models,
+        # --n, --eps and --methods the cells (the NUTS rows go with their model and n).
         last = args.first_dataset + args.datasets
-        rows = [r for r in read_runs(args.from_csv) if args.first_dataset <= r["dataset"] < last]
+        rows = [
+            r
+            for r in read_runs(args.from_csv)
+            if args.first_dataset <= r["dataset"] < last and _selected(r, args)
+        ]
         command = args.command or command
     else:
         run_grid(args, path, rows)
@@ -1061,6 +1097,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     print("RESULT " + json.dumps(result, default=float))
     return 0
+
+
+def _selected(row: dict, args: argparse.Namespace) -> bool:
+    """Whether a CSV row is in the cells ``args`` select (``--from-csv``)."""
+    eps = row.get("epsilon")
+    return (
+        row["model"] in args.models
+        and any(math.isclose(float(row["n"]), v) for v in args.n)
+        and (row["method"] == "nuts" or row["method"] in args.methods)
+        and (eps is None or any(math.isclose(float(eps), v) for v in args.eps))
+    )
 
 
 def read_runs(paths: list[str]) -> list[dict]:

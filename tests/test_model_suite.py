@@ -138,3 +138,33 @@ def test_a_reference_whose_chains_disagree_scores_nothing(monkeypatch, tmp_path)
         assert bool(calls) == scored and (ref.get("error") is None) == scored, rows
         if not scored:
             assert "reference not converged" in ref["error"] and len(rows) == 1
+
+
+def test_from_csv_reads_only_the_selected_cells():
+    """``--from-csv`` with ``--eps``, ``--methods``, ``--models`` and ``--n`` keeps those cells
+    and their NUTS rows; the defaults keep every row."""
+    rows = [
+        {"model": "linear", "n": 10000, "epsilon": None, "method": "nuts"},
+        {"model": "linear", "n": 10000, "epsilon": 0.5, "method": "taylor"},
+        {"model": "linear", "n": 10000, "epsilon": 1.0, "method": "taylor"},
+        {"model": "linear", "n": 10000, "epsilon": 1.0, "method": "taylor_short"},
+        {"model": "poisson", "n": 10000, "epsilon": 1.0, "method": "taylor"},
+        {"model": "linear", "n": 100000, "epsilon": 1.0, "method": "taylor"},
+    ]
+    parser_args = ["--from-csv", "x.csv", "--eps", "1", "--methods", "taylor", "--n", "1e4"]
+    args = ms.parse_args(parser_args + ["--models", "linear"])
+    assert [ms._selected(r, args) for r in rows] == [True, False, True, False, False, False]
+    every = ms.parse_args(["--from-csv", "x.csv"])
+    assert all(ms._selected(r, every) for r in rows)
+
+
+def test_loud_runs_count_the_runs_above_the_noise_limit_and_their_verdicts():
+    rows = [
+        {"noise_sd": 1.0, "verdict": "converged"},
+        {"noise_sd": 1.6, "verdict": "converged"},
+        {"noise_sd": 12.0, "verdict": "not converged"},
+        {"noise_sd": math.nan, "verdict": "converged"},
+    ]
+    assert ms._loud_runs(rows) == {"loud_runs": 2.0, "loud_converged": 1.0}
+    none = ms._loud_runs([{"verdict": "converged"}, {"noise_sd": math.nan, "verdict": "x"}])
+    assert all(math.isnan(v) for v in none.values())

@@ -322,6 +322,41 @@ def test_noise_limited_clip_sets_the_typical_noise_and_never_lowers_r() -> None:
     )
 
 
+def test_noise_cap_bounds_how_far_the_released_r_raises_the_clip(monkeypatch) -> None:
+    """With ``RESIDUAL_NOISE_CAP`` set, a released r above it gives the clip whose typical
+    noise sd is the cap; r between the noise-limited clip and the cap is kept; by default
+    (no cap) r is kept however large."""
+    from pymc_penalty.sampling import taylor as st
+
+    t = np.zeros(2)
+    base = TaylorModel(
+        t=t,
+        L=np.eye(2),
+        release=tl.TaylorRelease(np.zeros(2), None, 1.0, 0.0, 1.0),
+        order=1,
+        clip_g=1.0,
+        clip_H=math.nan,
+        residual_clip=1.0,
+        mu=1.0,
+        releases=1,
+        point=t,
+        covariance=np.eye(2),
+        control=RowControl(t, np.eye(2), np.zeros((3, 2))),
+        probe_length=2.5,
+    )
+    mu = 0.01
+    by_noise = mu / (2.0 * base.probe_length)  # noise sd 1 under substitute-one
+    assert st.noise_limited_clip(base, mu, "substitute") == 1.0  # default: r kept
+    monkeypatch.setattr(st, "RESIDUAL_NOISE_CAP", 2.0)
+    capped = st.noise_limited_clip(base, mu, "substitute")
+    assert math.isclose(capped, 2.0 * by_noise, rel_tol=1e-12)
+    assert math.isclose(2.0 * capped * base.probe_length / mu, 2.0, rel_tol=1e-12)
+    between = dataclasses.replace(base, residual_clip=1.5 * by_noise)
+    assert st.noise_limited_clip(between, mu, "substitute") == 1.5 * by_noise
+    small = dataclasses.replace(base, residual_clip=1e-9)
+    assert math.isclose(st.noise_limited_clip(small, mu, "substitute"), by_noise, rel_tol=1e-12)
+
+
 def test_independent_proposal_is_the_t_law_with_its_hastings_term() -> None:
     """The independent move's draw and its Hastings term ``log q(x0) - log q(x1)`` against
     SciPy's multivariate t (an independent computation); the must-fail: the Gaussian's."""

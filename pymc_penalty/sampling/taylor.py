@@ -57,7 +57,11 @@ RESIDUAL_FLOOR = 1.0
 RESIDUAL_NOISE_SD = 1.0
 
 #: The largest per-step noise sd, at a typical move, to which the released residual clip may
-#: raise the chains' clip (:func:`noise_limited_clip`; read at the call).
+#: raise the chains' clip (:func:`noise_limited_clip`; read at the call). No cap by default: a
+#: cap of 2 let the chains converge where the released clip made them loud, but clipped the
+#: rows above it at every step, and raised the RMS error of the means at epsilon 1 from 0.84
+#: to 1.32 on Poisson and 0.99 to 1.51 on linear regression (``benchmarks/model_suite.py``,
+#: method ``taylor_cap2``, 4 data sets; docs/benchmarks/model-suite-variants.md).
 RESIDUAL_NOISE_CAP = math.inf
 
 

@@ -1,0 +1,152 @@
+"""Why the Taylor path's chains run loud at epsilon 1 and below (issue 27 diagnosis).
+
+The chains' residual clip is the larger of the released residual clip ``r`` (from a noisy
+histogram of the rows' residual ratios at public probe moves) and the noise-limited clip,
+the one at which a typical move's noise sd is 1 (``sampling.taylor.noise_limited_clip``).
+Where ``r`` is the larger, the per-step noise sd is ``r / noise-limited`` at a typical move;
+on the suite at epsilon 1 that was the case in 15 of 20 linear and 17 of 20 logistic runs,
+among them 10 of the 10 linear and 9 of the 10 logistic runs that did not converge (``python
+benchmarks/model_suite.py --from-csv benchmarks/results/model_suite_issue27_recapture4_*.csv
+--methods taylor --n 1e4``, column "residual noise sd > 1.5").
+
+For each run of ``pp.sample(method="taylor")`` on a data set of
+``benchmarks/model_suite.py`` (the suite's seed, so the suite's released values), this
+prints:
+
+- ``r / limit``: the released ``r`` over the noise-limited clip (the typical move's noise sd
+  the chains run with, where above 1);
+- ``rows > limit``: the rows whose residual ratio at the probes is above the noise-limited
+  clip, with the released model's clipped rows (as the chains run) and, for comparison,
+  with every row's own unclipped Taylor terms (what the one-shot's clips left in them);
+- ``one-shot clipped``: the rows whose gradient (or Hessian) the one-shot clipped, and how
+  many of those are among the rows above the limit;
+- ``|u(mode)|``: the released mode (the chains' start) in whitened units from the
+  expansion point, and whether the second stage expanded again or was combined with the
+  first;
+- the report's verdict and smallest bulk ESS.
+
+The counts are read from the simulated data (a diagnosis, not a release). The privacy noise
+is fresh in every run (``pp.sample`` draws it from the OS), so a data set's run here is not
+the suite's run of it. Run ``python
+scripts/taylor_residual_clip.py --model linear --eps 1 --datasets 0 1 2 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import model_suite as ms  # noqa: E402
+
+import pymc_penalty as pp  # noqa: E402
+from pymc_penalty.model.likelihood import RowControl  # noqa: E402
+from pymc_penalty.privacy import taylor as tl  # noqa: E402
+from pymc_penalty.sampling import taylor as st  # noqa: E402
+from pymc_penalty.warmstart import taylor as wt  # noqa: E402
+from pymc_penalty.warmstart import taylor_terms as tt  # noqa: E402
+
+
+def _rows_seen(stats: tt.RowTaylorTerms, e, c_g, c_H, probes) -> dict:
+    """The rows' residual ratios at the probes with the clipped and the unclipped model, and
+    which rows the one-shot clipped (data values: diagnosis only)."""
+    n = stats._n
+    g, h = tt.row_terms(stats._lik, e, n)
+    k = e.L.shape[0]
+    cut = tt.row_norms(g, "g", k) > c_g
+    if h is not None and c_H is not None:
+        cut |= tt.row_norms(h, "H", k) > c_H
+    full, _, _ = tl.clip_packed_rows(g, h, math.inf, None if h is None else math.inf)
+    return {
+        "clipped": tt.residual_ratios(stats._lik, n, stats.control(e, c_g, c_H), *probes),
+        "unclipped": tt.residual_ratios(
+            stats._lik, n, RowControl(e.t, e.L, full, e.index), *probes
+        ),
+        "cut": cut,
+    }
+
+
+def run(model_name: str, eps: float, index: int, n: int) -> dict:
+    """One run's figures."""
+    seen: dict = {}
+    counts, limit, far = (
+        tt.RowTaylorTerms.residual_counts,
+        st.noise_limited_clip,
+        wt.far_from_expansion,
+    )
+
+    def keep_rows(self, e, c_g, c_H, probes, edges):
+        seen.update(_rows_seen(self, e, c_g, c_H, probes))
+        return counts(self, e, c_g, c_H, probes, edges)
+
+    def keep_limit(taylor, likelihood_mu, relation, noise_sd=None):
+        quiet = dataclasses.replace(taylor, residual_clip=0.0)
+        seen["limit"] = limit(quiet, likelihood_mu, relation, noise_sd)
+        seen["r"] = float(taylor.residual_clip)
+        seen["u_mode"] = float(np.linalg.norm(taylor.whiten(taylor.point)))
+        return limit(taylor, likelihood_mu, relation, noise_sd)
+
+    def keep_far(model, covariance):
+        seen["far"] = far(model, covariance)
+        return seen["far"]
+
+    tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = keep_rows, keep_limit
+    wt.far_from_expansion = keep_far
+    try:
+        model = ms.build_model(ms.make_dataset(model_name, n, index))
+        idata = pp.sample(
+            epsilon=eps, delta=ms.DELTA, model=model, random_seed=1000 * index + 1, cores=1,
+            progressbar=False, method="taylor",
+        )  # fmt: skip
+    finally:
+        tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = counts, limit
+        wt.far_from_expansion = far
+    over = seen["clipped"] > seen["limit"]
+    return {
+        "r_over_limit": seen["r"] / seen["limit"],
+        "over": int(over.sum()),
+        "over_unclipped": int((seen["unclipped"] > seen["limit"]).sum()),
+        "cut": int(seen["cut"].sum()),
+        "over_and_cut": int((over & seen["cut"]).sum()),
+        "u_mode": seen["u_mode"],
+        "far": bool(seen.get("far")),
+        "ess": float(idata.attrs["dp_ess_bulk_min"]),
+        "verdict": str(idata.attrs["dp_convergence"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="linear", choices=ms.MODELS)
+    parser.add_argument("--eps", type=float, default=1.0)
+    parser.add_argument("--datasets", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--n", type=float, default=1e4)
+    args = parser.parse_args(argv)
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    logging.getLogger("pymc_penalty").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for index in args.datasets:
+            r = run(args.model, args.eps, index, int(args.n))
+            print(
+                f"{args.model} eps {args.eps:g} data set {index}: r / limit "
+                f"{r['r_over_limit']:.2f}, rows > limit {r['over']} (unclipped model "
+                f"{r['over_unclipped']}), one-shot clipped {r['cut']} ({r['over_and_cut']} of "
+                f"them > limit), |u(mode)| {r['u_mode']:.2f}, second stage "
+                f"{'re-expanded' if r['far'] else 'combined'}, bulk ESS {r['ess']:.0f}, "
+                f"{r['verdict']}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
