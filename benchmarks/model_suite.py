@@ -31,6 +31,8 @@ Methods (a registry: :func:`register_method` adds one by name):
   instead of 1 (for comparison: fewer rows clipped, slower chains);
 - ``taylor_cap2``: ``taylor`` with the chains' per-step noise sd capped at 2 at a typical
   move (the released residual clip raises it no further);
+- ``taylor_far_any``: ``taylor`` whose second stage expands again wherever the first's
+  released mode is far, even where its noise explains the move (``FAR_NOISE = 0``);
 - ``taylor_short``: ``taylor`` with 1000 draws per chain and the chains' share of the budget
   cut to keep each step's ``mu`` (for comparison: more of the budget on the one-shot);
 - ``taylor_warm10``: ``taylor`` with 10% of the budget on the warm start instead of 20%;
@@ -68,6 +70,10 @@ The reference is NUTS (``pm.sample``, 1000 draws after 1000 tuning steps, 2 chai
 - ``loud_runs`` (``loud_converged``): the runs whose residual noise sd at a typical move is
   above 1.5 (those of them "converged"): there the released residual clip raised the
   chains' clip past the noise-limited one.
+
+``--seeded-noise`` draws the ``pp.sample`` methods' privacy noise from the run's seed, so that
+two methods on one data set share it (a paired comparison; the CSV's ``noise`` column says
+``seeded`` or ``fresh``). By default the noise is fresh in every run, as a user's is.
 
 Parameters are compared in the constrained space (``sigma``, ``tau`` as sampled). One row per
 run goes to a CSV (``--csv``; ``benchmarks/results/model_suite.csv`` by default, a temporary
@@ -342,30 +348,38 @@ def _private_info(idata) -> dict[str, Any]:
     }
 
 
+#: ``--seeded-noise``: the ``pp.sample`` methods draw their privacy noise from the run's seed
+#: (``PrivacyPolicy(reproducible_noise=True)``), so two methods on one data set share their
+#: noise's draws (a paired comparison; not private, which simulated data need not be). By
+#: default each run's noise is fresh, as a user's is.
+SEEDED_NOISE = False
+
+
+def _pp_sample(ds: Dataset, epsilon: float, seed: int, quick: bool, **kwargs: Any):
+    """``pp.sample`` on the data set (quick mode: 200 draws), its draws and report figures;
+    the noise seeded where :data:`SEEDED_NOISE` is set."""
+    import pymc_penalty as pp
+
+    model = build_model(ds)
+    extra = {"draws": QUICK_DRAWS} if quick else {}
+    if SEEDED_NOISE:
+        extra["step_kwargs"] = {"privacy": pp.PrivacyPolicy(reproducible_noise=True)}
+    idata = pp.sample(
+        epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
+        progressbar=False, **{**extra, **kwargs},
+    )  # fmt: skip
+    info = {**_private_info(idata), "noise": "seeded" if SEEDED_NOISE else "fresh"}
+    return _draws(idata, [v.name for v in model.free_RVs]), info
+
+
 @register_method("pp_sample")
 def run_pp_sample(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``pp.sample(epsilon=, delta=)`` with its defaults (quick mode: 200 draws)."""
-    import pymc_penalty as pp
-
-    model = build_model(ds)
-    extra = {"draws": QUICK_DRAWS} if quick else {}
-    idata = pp.sample(
-        epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
-        progressbar=False, **extra,
-    )  # fmt: skip
-    return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
+    return _pp_sample(ds, epsilon, seed, quick)
 
 
 def _run_method(ds: Dataset, epsilon: float, seed: int, quick: bool, method: str, **kwargs: Any):
-    import pymc_penalty as pp
-
-    model = build_model(ds)
-    extra = {"draws": QUICK_DRAWS} if quick else {}
-    idata = pp.sample(
-        epsilon=epsilon, delta=DELTA, model=model, random_seed=seed, cores=1,
-        progressbar=False, method=method, **extra, **kwargs,
-    )  # fmt: skip
-    return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
+    return _pp_sample(ds, epsilon, seed, quick, method=method, **kwargs)
 
 
 @register_method("taylor")
@@ -426,6 +440,20 @@ def run_taylor_cap2(ds: Dataset, epsilon: float, seed: int, quick: bool):
         return _run_method(ds, epsilon, seed, quick, "taylor")
 
 
+@register_method("taylor_far_any")
+def run_taylor_far_any(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` whose second stage expands again wherever the first stage's released mode is
+    more than ``FAR_DISTANCE`` whitened units per coordinate away (or its sd off by
+    ``FAR_SCALE``), however much of that move the first stage's noise explains
+    (``FAR_NOISE = 0``), for comparison."""
+    from unittest import mock
+
+    from pymc_penalty.warmstart import taylor as wt
+
+    with mock.patch.object(wt, "FAR_NOISE", 0.0):
+        return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
 @register_method("taylor_short")
 def run_taylor_short(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``taylor`` with 1000 draws per chain instead of 4000 and the chains' share of ``mu^2``
@@ -473,7 +501,8 @@ def run_step(ds: Dataset, epsilon: float, seed: int, quick: bool):
         step = pp.PenaltyMetropolis(epsilon=epsilon, delta=DELTA)
         idata = pm.sample(step=step, cores=1, random_seed=seed, progressbar=False, **extra)
     idata = pp.finalize(idata, step)
-    return _draws(idata, [v.name for v in model.free_RVs]), _private_info(idata)
+    info = {**_private_info(idata), "noise": "fresh"}  # the card usage: a user's noise
+    return _draws(idata, [v.name for v in model.free_RVs]), info
 
 
 # The noisy-sufficient-statistics baseline for ``linear``.
@@ -557,6 +586,7 @@ def run_nss(ds: Dataset, epsilon: float, seed: int, quick: bool):
     shift_s2 = rng.standard_normal(len(bs)) * s * np.sqrt(1.0 + 4.0 * np.sum(bs**2, 1)) / n
     sigmas = np.sqrt(np.abs(sigmas**2 + shift_s2))
     info = {"verdict": "exact draws", "eps_spent": float(epsilon), "noise_sd": s, "y_clip": cy}
+    info["noise"] = "seeded"  # always: from the generator above
     return {"b": bs + shift_b, "sigma": sigmas}, info
 
 
@@ -1005,7 +1035,8 @@ CSV_FIELDS = (
     "model", "n", "epsilon", "method", "dataset", "err_rms", "err_max", "sd_ratio",
     "sd_ratio_min", "covered", "n_covered", "verdict", "eps_spent", "r_hat_max",
     "ess_bulk_min", "forecast_ess", "forecast_verdict", "noise_sd", "start_offset", "noise_sd_g",
-    "clip_g", "mean_noise_sd", "clipped_fraction", "chains", "draws", "wall_s", "error",
+    "clip_g", "mean_noise_sd", "clipped_fraction", "chains", "draws", "noise", "wall_s",
+    "error",
 )  # fmt: skip
 
 
@@ -1044,6 +1075,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--command", help="with --from-csv: the commands that wrote the CSVs")
     parser.add_argument("--seconds", type=float, default=math.nan, help="with --from-csv: its time")
+    parser.add_argument(
+        "--seeded-noise",
+        action="store_true",
+        help="the pp.sample methods' privacy noise from the run's seed (paired comparisons)",
+    )
     parser.add_argument("--quick", action="store_true", help=f"{QUICK} (for CI)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -1056,7 +1092,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SEEDED_NOISE
     args = parse_args(argv)
+    SEEDED_NOISE = bool(args.seeded_noise)
     path = args.csv or (
         os.path.join(tempfile.gettempdir(), "model_suite_quick.csv") if args.quick else DEFAULT_CSV
     )
@@ -1126,7 +1164,7 @@ def read_runs(paths: list[str]) -> list[dict]:
 def read_rows(path: str) -> list[dict]:
     """The per-run rows of a CSV written by an earlier run (for ``--from-csv``)."""
     ints = {"n", "dataset", "covered", "n_covered", "chains", "draws"}
-    strs = {"model", "method", "verdict", "forecast_verdict", "error"}
+    strs = {"model", "method", "verdict", "forecast_verdict", "noise", "error"}
     rows = []
     with open(path, newline="", encoding="utf-8") as fh:
         for raw in csv.DictReader(fh):

@@ -168,3 +168,31 @@ def test_loud_runs_count_the_runs_above_the_noise_limit_and_their_verdicts():
     assert ms._loud_runs(rows) == {"loud_runs": 2.0, "loud_converged": 1.0}
     none = ms._loud_runs([{"verdict": "converged"}, {"noise_sd": math.nan, "verdict": "x"}])
     assert all(math.isnan(v) for v in none.values())
+
+
+def test_seeded_noise_asks_pp_sample_for_the_runs_own_noise_stream(monkeypatch):
+    """``--seeded-noise`` sets ``PrivacyPolicy(reproducible_noise=True)`` on the ``pp.sample``
+    methods and says so in the row; without it no policy is passed and the row says fresh."""
+    import pymc_penalty as pp
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_sample(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(pp, "sample", fake_sample)
+    ds = ms.make_dataset("linear", 200, 0)
+    for seeded in (True, False):
+        seen.clear()
+        monkeypatch.setattr(ms, "SEEDED_NOISE", seeded)
+        with pytest.raises(Stop):
+            ms.METHODS["taylor"].fn(ds, 1.0, 7, True)
+        policy = seen.get("step_kwargs", {}).get("privacy")
+        assert (policy is not None and policy.reproducible_noise) is seeded
+        assert seen["random_seed"] == 7 and seen["method"] == "taylor"
+    assert ms.parse_args(["--seeded-noise"]).seeded_noise
+    assert not ms.parse_args([]).seeded_noise
