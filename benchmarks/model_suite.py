@@ -716,8 +716,11 @@ def _loud_runs(rows: list[dict]) -> dict[str, float]:
     """``loud_runs``: the runs whose residual noise sd at a typical move (``noise_sd``) is
     above :data:`LOUD_NOISE_SD`, there where the released residual clip raised the chains'
     clip past the noise-limited one; ``loud_converged``: those the report calls converged
-    (NaN where no run has a ``noise_sd``)."""
-    sds = [r.get("noise_sd", math.nan) for r in rows]
+    (NaN where no run has a report: ``nss`` keeps its own noise scale under ``noise_sd``)."""
+    sds = [
+        r.get("noise_sd", math.nan) if r.get("verdict") in REPORT_VERDICTS else math.nan
+        for r in rows
+    ]
     if not any(np.isfinite(v) for v in sds):
         return {"loud_runs": math.nan, "loud_converged": math.nan}
     loud = [r for r, v in zip(rows, sds, strict=True) if v > LOUD_NOISE_SD]

@@ -344,7 +344,8 @@ def check_model_suite(res: dict) -> None:
     cells = {c["method"]: c for c in res["cells"]}
     expected = {
         "nuts", "pp_sample", "step", "nss", "taylor", "taylor_add_remove", "taylor_one_stage",
-        "taylor_noise15", "penalty",
+        "taylor_noise15", "taylor_cap2", "taylor_far_any", "taylor_short", "taylor_warm10",
+        "penalty",
     }  # fmt: skip
     assert set(cells) == expected and res["errors"] == 0, cells
     for c in cells.values():
@@ -390,6 +391,12 @@ def check_model_suite(res: dict) -> None:
     # met 0.93 where the independent moves were the longer).
     assert 0.0 < float(rows["taylor"]["noise_sd"]) < math.inf, rows["taylor"]
     assert math.isnan(cells["nss"]["forecast_ess"])  # no report, no forecast
+    # The loud-run count reads that noise sd: one run, counted or not; none without a report.
+    assert cells["taylor"]["loud_runs"] == float(float(rows["taylor"]["noise_sd"]) > 1.5)
+    assert math.isnan(cells["nss"]["loud_runs"])
+    # Without --seeded-noise every pp.sample run draws fresh noise; the baseline's is seeded.
+    assert {rows[m]["noise"] for m in ("taylor", "pp_sample", "penalty", "step")} == {"fresh"}
+    assert rows["nss"]["noise"] == "seeded"
 
 
 def check_clip_reading(res: dict) -> None:

@@ -166,7 +166,7 @@ def test_loud_runs_count_the_runs_above_the_noise_limit_and_their_verdicts():
         {"noise_sd": math.nan, "verdict": "converged"},
     ]
     assert ms._loud_runs(rows) == {"loud_runs": 2.0, "loud_converged": 1.0}
-    none = ms._loud_runs([{"verdict": "converged"}, {"noise_sd": math.nan, "verdict": "x"}])
+    none = ms._loud_runs([{"verdict": "converged"}, {"noise_sd": 9.0, "verdict": "exact draws"}])
     assert all(math.isnan(v) for v in none.values())
 
 
