@@ -288,28 +288,37 @@ def test_sample_taylor_end_to_end_spends_the_budget_and_reports() -> None:
     assert "Taylor one-shot" in text and "Taylor residual" in text
 
 
+def _first_order_model(
+    point: np.ndarray, covariance: np.ndarray, residual_clip: float, probe_length: float = math.nan
+) -> TaylorModel:
+    """A first-order released model expanded at 0 in the identity metric, with zero sums and
+    unit noise: only ``point``, ``covariance``, the residual clip and the probes' length
+    matter to the tests that build it."""
+    d = point.size
+    return TaylorModel(
+        t=np.zeros(d),
+        L=np.eye(d),
+        release=tl.TaylorRelease(np.zeros(d), None, 1.0, 0.0, 1.0),
+        order=1,
+        clip_g=1.0,
+        clip_H=math.nan,
+        residual_clip=residual_clip,
+        mu=1.0,
+        releases=1,
+        point=point,
+        covariance=covariance,
+        control=RowControl(np.zeros(d), np.eye(d), np.zeros((3, d))),
+        probe_length=probe_length,
+    )
+
+
 def test_noise_limited_clip_sets_the_typical_noise_and_never_lowers_r() -> None:
     """The residual clip is raised until a move of the probes' median length has noise sd 1
     (public inputs only), and never below the released r; a model without probe lengths keeps
     r."""
     from pymc_penalty.sampling.taylor import noise_limited_clip
 
-    t, L = np.zeros(2), np.eye(2)
-    base = TaylorModel(
-        t=t,
-        L=L,
-        release=tl.TaylorRelease(np.zeros(2), None, 1.0, 0.0, 1.0),
-        order=1,
-        clip_g=1.0,
-        clip_H=math.nan,
-        residual_clip=1e-6,
-        mu=1.0,
-        releases=1,
-        point=t,
-        covariance=np.eye(2),
-        control=RowControl(t, L, np.zeros((3, 2))),
-        probe_length=2.5,
-    )
+    base = _first_order_model(np.zeros(2), np.eye(2), residual_clip=1e-6, probe_length=2.5)
     mu = 0.01
     for relation, k in (("substitute", 2.0), ("add_remove", 1.0)):
         clip = noise_limited_clip(base, mu, relation)
@@ -328,22 +337,7 @@ def test_noise_cap_bounds_how_far_the_released_r_raises_the_clip(monkeypatch) ->
     (no cap) r is kept however large."""
     from pymc_penalty.sampling import taylor as st
 
-    t = np.zeros(2)
-    base = TaylorModel(
-        t=t,
-        L=np.eye(2),
-        release=tl.TaylorRelease(np.zeros(2), None, 1.0, 0.0, 1.0),
-        order=1,
-        clip_g=1.0,
-        clip_H=math.nan,
-        residual_clip=1.0,
-        mu=1.0,
-        releases=1,
-        point=t,
-        covariance=np.eye(2),
-        control=RowControl(t, np.eye(2), np.zeros((3, 2))),
-        probe_length=2.5,
-    )
+    base = _first_order_model(np.zeros(2), np.eye(2), residual_clip=1.0, probe_length=2.5)
     mu = 0.01
     by_noise = mu / (2.0 * base.probe_length)  # noise sd 1 under substitute-one
     assert st.noise_limited_clip(base, mu, "substitute") == 1.0  # default: r kept
@@ -369,21 +363,7 @@ def test_independent_proposal_is_the_t_law_with_its_hastings_term() -> None:
     a = rng.normal(size=(d, d))
     cov = a @ a.T + d * np.eye(d)
     point = rng.normal(size=d)
-    release = tl.TaylorRelease(G=np.zeros(d), H=np.zeros((d, d)), sd_G=1.0, sd_H=1.0, mu2=1.0)
-    tm = TaylorModel(
-        t=np.zeros(d),
-        L=np.eye(d),
-        release=release,
-        order=1,
-        clip_g=1.0,
-        clip_H=math.nan,
-        residual_clip=1.0,
-        mu=1.0,
-        releases=1,
-        point=point,
-        covariance=cov,
-        control=RowControl(np.zeros(d), np.eye(d), np.zeros((1, d))),
-    )
+    tm = _first_order_model(point, cov, residual_clip=1.0)
     law = stats.multivariate_t(loc=point, shape=cov, df=INDEPENDENT_DF)
     gauss = stats.multivariate_normal(mean=point, cov=cov)
     x0 = point + 3.0
