@@ -403,13 +403,12 @@ def run_taylor_add_remove(ds: Dataset, epsilon: float, seed: int, quick: bool):
 def run_taylor_one_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``taylor`` with its one-shot as one expansion at the warm start's point (the release
     before the two-stage one-shot, ``TAYLOR_FIRST_STAGE = 1``), for comparison."""
+    from unittest import mock
+
     from pymc_penalty import budgeted
 
-    saved, budgeted.TAYLOR_FIRST_STAGE = budgeted.TAYLOR_FIRST_STAGE, 1.0
-    try:
+    with mock.patch.object(budgeted, "TAYLOR_FIRST_STAGE", 1.0):
         return _run_method(ds, epsilon, seed, quick, "taylor")
-    finally:
-        budgeted.TAYLOR_FIRST_STAGE = saved
 
 
 @register_method("taylor_noise15")
@@ -417,13 +416,12 @@ def run_taylor_noise15(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``taylor`` with the chains' residual clip raised until a typical move's noise sd is
     1.5 (``RESIDUAL_NOISE_SD``, 1 by default), for comparison: fewer rows clipped at each
     step (less clipping bias), more noise per step (slower chains)."""
+    from unittest import mock
+
     from pymc_penalty.sampling import taylor as st
 
-    saved, st.RESIDUAL_NOISE_SD = st.RESIDUAL_NOISE_SD, 1.5
-    try:
+    with mock.patch.object(st, "RESIDUAL_NOISE_SD", 1.5):
         return _run_method(ds, epsilon, seed, quick, "taylor")
-    finally:
-        st.RESIDUAL_NOISE_SD = saved
 
 
 @register_method("taylor_cap2")
