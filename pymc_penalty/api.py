@@ -38,6 +38,7 @@ from pymc_penalty.model.checks import (
     check_min_rows,
     data_dependent_deterministics,
     n_datapoints,
+    one_model_gate,
     rule_rows,
 )
 from pymc_penalty.model.screen import SCREEN_SHARE
@@ -104,6 +105,7 @@ def _data_free_reason(exc: BaseException) -> str:
     return "details withheld, they could quote data values"
 
 
+@one_model_gate()  # the screen, the warm start and the step share one gate decision
 def sample(
     *,
     epsilon: float,

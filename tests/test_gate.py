@@ -673,3 +673,77 @@ def test_data_swapped_to_another_shape_after_the_step_is_built_is_refused_before
             step.astep(q)
     assert f"{X[0, 1]:.6g}" not in str(err.value) and str(N) not in str(err.value)
     assert step.ledger.spent_mu2 == spent_before
+
+
+# --- one gate decision per pp.sample call ---------------------------------------------------
+
+
+def _counting_gate(monkeypatch) -> list[int]:
+    """Count the gate's real runs (not the remembered ones)."""
+    import pymc_penalty.model.checks as checks
+
+    runs: list[int] = []
+    real = checks._validate_model
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checks, "_validate_model", counted)
+    return runs
+
+
+def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatch):
+    """pp.sample gates the model for the row screen, the warm start and the step: the
+    row-locality probes run once. A coupled model is still refused before anything is
+    spent (the control)."""
+    import pymc_penalty as pp
+
+    runs = _counting_gate(monkeypatch)
+    with pm.Model():
+        xd = pm.Data("xd", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pp.sample(epsilon=2.0, delta=1e-5, draws=40, tune=40, chains=1, **QUIET)
+    assert idata.attrs["dp_warm_start_mu"] > 0  # the warm start ran, and gated the model
+    assert len(runs) == 1
+    runs.clear()
+    with pm.Model():
+        xd = pm.Data("xd", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * (xd - xd.mean()), observed=Y_BIN)
+        with pytest.raises(ModelNotPrivateError, match="One record moves"):
+            pp.sample(epsilon=2.0, delta=1e-5, draws=40, tune=40, chains=1, **QUIET)
+    assert len(runs) == 1
+
+
+def test_remembered_gate_decision_is_tied_to_the_data_it_checked(monkeypatch):
+    """Inside one_model_gate the same model and data are checked once; new values (a
+    same-shape pm.set_data) run the gate again, and a new row count is returned, not the
+    remembered one. Outside the block every call runs."""
+    from pymc_penalty.model.checks import one_model_gate
+
+    runs = _counting_gate(monkeypatch)
+    with pm.Model() as model:
+        xd = pm.Data("xd", X[:, 0])
+        yd = pm.Data("yd", Y_REAL)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b * xd, 1.0, observed=yd, shape=xd.shape[0])
+    value_vars = list(model.value_vars)
+    with one_model_gate():
+        assert validate_model(model, value_vars) == N
+        assert validate_model(model, value_vars) == N
+        assert len(runs) == 1
+        with model:
+            pm.set_data({"xd": X[:, 1]})
+        assert validate_model(model, value_vars) == N
+        assert len(runs) == 2
+        with model:
+            pm.set_data({"xd": X[:-5, 0], "yd": Y_REAL[:-5]})
+        assert validate_model(model, value_vars) == N - 5
+        assert len(runs) == 3
+    validate_model(model, value_vars)
+    validate_model(model, value_vars)
+    assert len(runs) == 5

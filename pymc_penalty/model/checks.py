@@ -15,7 +15,10 @@ through per-row terms (invariant 7), checked by :mod:`pymc_penalty.model.localit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import contextvars
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pymc as pm
@@ -48,6 +51,7 @@ __all__ = [
     "depends_on_data",
     "check_min_rows",
     "n_datapoints",
+    "one_model_gate",
     "reads_array_constant",
     "rule_rows",
     "validate_model",
@@ -420,6 +424,44 @@ def _refuse_published_axes_near_n(
         )
 
 
+# Within pymc_penalty.sample, the models the gate has passed (one_model_gate); None outside.
+_PASSED: contextvars.ContextVar[dict[tuple, tuple[pm.Model, int]] | None] = contextvars.ContextVar(
+    "pymc_penalty_passed_models", default=None
+)
+
+
+@contextlib.contextmanager
+def one_model_gate() -> Iterator[None]:
+    """Run :func:`validate_model` once per model and data within this block.
+
+    ``pymc_penalty.sample`` gates the same model three times (the row screen, the warm
+    start, the step); the row-locality probes dominate a run's setup at large ``n``. Inside
+    the block a model that has passed with the same settings, the same graph and the same
+    data (every data source's values, hashed: a ``pm.set_data`` in between runs the gate
+    again) is not checked again. Refusals are never remembered, and nothing outlives the
+    block.
+    """
+    token = _PASSED.set({})
+    try:
+        yield
+    finally:
+        _PASSED.reset(token)
+
+
+def _gate_key(model: pm.Model, value_vars: Sequence[Variable], settings: tuple) -> tuple:
+    """What a gate decision depends on: the model's graph (its variables' identities), the
+    step's variables, the settings, and a hash of every data source's values and shape."""
+    digest = hashlib.blake2b(digest_size=16)
+    for source in data_sources(model):
+        value = source.data if isinstance(source, Constant) else source.get_value(borrow=True)
+        array = np.ascontiguousarray(value)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    graph = tuple(id(v) for v in model.named_vars.values())
+    names = tuple(v.name for v in value_vars)
+    return (id(model), graph, names, settings, digest.hexdigest())
+
+
 def validate_model(
     model: pm.Model,
     value_vars: Sequence[Variable],
@@ -463,6 +505,25 @@ def validate_model(
     ModelNotPrivateError
         With a message naming the offending variable or feature.
     """
+    passed = _PASSED.get()
+    if passed is None or point is not None:
+        return _validate_model(model, value_vars, row_locality, point, add_remove, min_rows)
+    key = _gate_key(model, value_vars, (row_locality, add_remove, min_rows))
+    if key not in passed:  # the model is kept with its key, so its id is not reused
+        n = _validate_model(model, value_vars, row_locality, None, add_remove, min_rows)
+        passed[key] = (model, n)
+    return passed[key][1]
+
+
+def _validate_model(
+    model: pm.Model,
+    value_vars: Sequence[Variable],
+    row_locality: bool,
+    point: dict[str, np.ndarray] | None,
+    add_remove: bool,
+    min_rows: int | None,
+) -> int:
+    """:func:`validate_model`, each time."""
     assigned = {v.name for v in value_vars}
     for var in value_vars:
         if var.dtype in pm.discrete_types:
