@@ -105,7 +105,6 @@ def _data_free_reason(exc: BaseException) -> str:
     return "details withheld, they could quote data values"
 
 
-@one_model_gate()  # the screen, the warm start and the step share one gate decision
 def sample(
     *,
     epsilon: float,
@@ -375,61 +374,64 @@ def sample(
     noise_rng = None
     if step_kwargs["privacy"].reproducible_noise:
         noise_rng = np.random.default_rng(pm_sample_kwargs.get("random_seed"))
-    # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
-    screen = screen_before_sampling(
-        model, ledger, add_remove=add_remove, min_rows=min_rows, noise_rng=noise_rng
-    )
-    warm: WarmStart | None = None
-    taylor: TaylorModel | None = None
-    if warm_start > 0:
-        warm, taylor = run_private_start(
-            model,
-            share=warm_start,
-            taylor=taylor_path,
-            ledger=ledger,
-            neighbours=neighbours,
-            min_rows=min_rows,
-            warm_start_clip=warm_start_clip,
-            steps=int(warm_start_steps),
-            noise_rng=noise_rng,
-            compile_kwargs=step_kwargs.get("compile_kwargs"),
+    # The screen, the warm start and the step share one gate decision: the model's checks
+    # (the row-locality probes above all) run once.
+    with one_model_gate():
+        # The first spend: the noisy count of rows the likelihood cannot evaluate (issue 28).
+        screen = screen_before_sampling(
+            model, ledger, add_remove=add_remove, min_rows=min_rows, noise_rng=noise_rng
         )
-        if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
-            resolved = resolve_plan(
-                chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
+        warm: WarmStart | None = None
+        taylor: TaylorModel | None = None
+        if warm_start > 0:
+            warm, taylor = run_private_start(
+                model,
+                share=warm_start,
+                taylor=taylor_path,
+                ledger=ledger,
+                neighbours=neighbours,
+                min_rows=min_rows,
+                warm_start_clip=warm_start_clip,
+                steps=int(warm_start_steps),
+                noise_rng=noise_rng,
+                compile_kwargs=step_kwargs.get("compile_kwargs"),
             )
-        pm_sample_kwargs["initvals"] = chain_starts(
-            warm, resolved.run.chains, pm_sample_kwargs.get("random_seed")
-        )
-        step_kwargs = warm_step_kwargs(warm, neighbours, step_kwargs)
-    # The budgeted step calibrates itself to what the ledger has left (the one calibration
-    # path). This function finalizes the result itself, so the step's warning that a raw
-    # result is unpublished does not apply here.
-    step_class: type[PenaltyMetropolis] = PenaltyMetropolis
-    if taylor is not None:
-        taylor, step_kwargs = taylor_step_settings(
-            taylor, step_kwargs, adapt=given_adapt, step_mu=resolved.step_mu
-        )
-        step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
-        # The forecast of the chains' ESS, from the released model and the plan (public).
-        taylor_forecast = taylor_forecast_report(
-            taylor,
-            resolved.run,
-            resolved.step_mu,
-            neighbours=neighbours,
-            clip_count_share=float(clip_count_share),
-            clip=float(step_kwargs["clip"].value),
-            offset=taylor.start_offset,
-        )
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnpublishedResultWarning)
-        step = step_class(
-            epsilon=budget.epsilon,
-            delta=budget.delta,
-            plan=resolved.run,
-            ledger=ledger,
-            **step_kwargs,
-        )
+            if Neighbours.parse(neighbours) is Neighbours.ADD_REMOVE:  # from its released count
+                resolved = resolve_plan(
+                    chains_mu=available_mu(ledger), released_rows=warm.n_rows, **plan_args
+                )
+            pm_sample_kwargs["initvals"] = chain_starts(
+                warm, resolved.run.chains, pm_sample_kwargs.get("random_seed")
+            )
+            step_kwargs = warm_step_kwargs(warm, neighbours, step_kwargs)
+        # The budgeted step calibrates itself to what the ledger has left (the one calibration
+        # path). This function finalizes the result itself, so the step's warning that a raw
+        # result is unpublished does not apply here.
+        step_class: type[PenaltyMetropolis] = PenaltyMetropolis
+        if taylor is not None:
+            taylor, step_kwargs = taylor_step_settings(
+                taylor, step_kwargs, adapt=given_adapt, step_mu=resolved.step_mu
+            )
+            step_class = functools.partial(TaylorPenaltyMetropolis, taylor=taylor)
+            # The forecast of the chains' ESS, from the released model and the plan (public).
+            taylor_forecast = taylor_forecast_report(
+                taylor,
+                resolved.run,
+                resolved.step_mu,
+                neighbours=neighbours,
+                clip_count_share=float(clip_count_share),
+                clip=float(step_kwargs["clip"].value),
+                offset=taylor.start_offset,
+            )
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnpublishedResultWarning)
+            step = step_class(
+                epsilon=budget.epsilon,
+                delta=budget.delta,
+                plan=resolved.run,
+                ledger=ledger,
+                **step_kwargs,
+            )
     if "var_names" not in pm_sample_kwargs and not keep_data:
         # Deterministics that read data are not even computed: their exact values (and any
         # error raised while computing them on the data) never exist outside the model.

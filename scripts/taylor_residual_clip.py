@@ -74,8 +74,33 @@ def _rows_seen(stats: tt.RowTaylorTerms, e, c_g, c_H, probes) -> dict:
     }
 
 
-def run(model_name: str, eps: float, index: int, n: int) -> dict:
-    """One run's figures."""
+def _sd_distances(model, flat: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict:
+    """RMS and largest distance of each flat point from the NUTS mean, in NUTS sd, over the
+    coordinates of free variables sampled untransformed (where the flat point is the
+    parameter itself)."""
+    import pymc as pm
+
+    info = pm.blocking.DictToArrayBijection.map(model.initial_point()).point_map_info
+    plain = {rv.name for rv in model.free_RVs if model.rvs_to_values[rv].name == rv.name}
+    out = {}
+    for label, x in flat.items():
+        z, start = [], 0
+        for name, _shape, size, _ in info:
+            if name in plain:  # the value variable is the parameter itself
+                draws = ref[name].reshape(ref[name].shape[0], -1)
+                part = np.asarray(x[start : start + size], dtype=np.float64)
+                z.extend((part - draws.mean(0)) / draws.std(0))
+            start += size
+        z = np.abs(np.asarray(z))
+        out[label] = (float(np.sqrt(np.mean(z**2))), float(z.max()))
+    return out
+
+
+def run(
+    model_name: str, eps: float, index: int, n: int, nuts: bool = False, seeded: bool = False
+) -> dict:
+    """One run's figures (with ``nuts``, the expansion point's and the released mode's
+    distance from the NUTS mean; with ``seeded``, the suite's seeded privacy noise)."""
     seen: dict = {}
     counts, limit, far = (
         tt.RowTaylorTerms.residual_counts,
@@ -92,25 +117,39 @@ def run(model_name: str, eps: float, index: int, n: int) -> dict:
         seen["limit"] = limit(quiet, likelihood_mu, relation, noise_sd)
         seen["r"] = float(taylor.residual_clip)
         seen["u_mode"] = float(np.linalg.norm(taylor.whiten(taylor.point)))
+        seen["expansion"] = np.array(taylor.t, dtype=np.float64)
+        seen["mode"] = np.array(taylor.point, dtype=np.float64)
         return limit(taylor, likelihood_mu, relation, noise_sd)
 
     def keep_far(model, covariance):
         seen["far"] = far(model, covariance)
+        seen["warm"] = np.array(model.t, dtype=np.float64)  # the first stage's expansion
+        seen["first_mode"] = np.array(model.point, dtype=np.float64)
         return seen["far"]
 
     tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = keep_rows, keep_limit
     wt.far_from_expansion = keep_far
     try:
-        model = ms.build_model(ms.make_dataset(model_name, n, index))
+        ds = ms.make_dataset(model_name, n, index)
+        model = ms.build_model(ds)
+        extra = {}
+        if seeded:
+            extra["step_kwargs"] = {"privacy": pp.PrivacyPolicy(reproducible_noise=True)}
         idata = pp.sample(
             epsilon=eps, delta=ms.DELTA, model=model, random_seed=1000 * index + 1, cores=1,
-            progressbar=False, method="taylor",
+            progressbar=False, method="taylor", **extra,
         )  # fmt: skip
     finally:
         tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = counts, limit
         wt.far_from_expansion = far
     over = seen["clipped"] > seen["limit"]
+    distances = {}
+    if nuts:
+        ref, _, _ = ms.run_nuts(ds, 1000 * index + 7, False)
+        points = {k: seen[k] for k in ("warm", "first_mode", "expansion", "mode") if k in seen}
+        distances = _sd_distances(model, points, ref)
     return {
+        "distances": distances,
         "r_over_limit": seen["r"] / seen["limit"],
         "over": int(over.sum()),
         "over_unclipped": int((seen["unclipped"] > seen["limit"]).sum()),
@@ -129,20 +168,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--datasets", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--n", type=float, default=1e4)
+    parser.add_argument(
+        "--nuts",
+        action="store_true",
+        help="also the warm start, the first stage's mode, the second stage's expansion point "
+        "and the released mode, in "
+        "NUTS sd from the NUTS mean (untransformed coordinates: RMS, largest)",
+    )
+    parser.add_argument(
+        "--seeded-noise", action="store_true", help="the privacy noise seeded (not private)"
+    )
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
     logging.getLogger("pymc_penalty").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for index in args.datasets:
-            r = run(args.model, args.eps, index, int(args.n))
+            r = run(args.model, args.eps, index, int(args.n), args.nuts, args.seeded_noise)
+            far = "".join(
+                f", {k} {rms:.2f}/{top:.2f} sd" for k, (rms, top) in r["distances"].items()
+            )
             print(
                 f"{args.model} eps {args.eps:g} data set {index}: r / limit "
                 f"{r['r_over_limit']:.2f}, rows > limit {r['over']} (unclipped model "
                 f"{r['over_unclipped']}), one-shot clipped {r['cut']} ({r['over_and_cut']} of "
                 f"them > limit), |u(mode)| {r['u_mode']:.2f}, second stage "
                 f"{'re-expanded' if r['far'] else 'combined'}, bulk ESS {r['ess']:.0f}, "
-                f"{r['verdict']}",
+                f"{r['verdict']}{far}",
                 flush=True,
             )
     return 0

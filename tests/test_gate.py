@@ -704,11 +704,14 @@ def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatc
         xd = pm.Data("xd", X[:, 0])
         b = pm.Normal("b", 0, 1)
         pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             idata = pp.sample(epsilon=2.0, delta=1e-5, draws=40, tune=40, chains=1, **QUIET)
     assert idata.attrs["dp_warm_start_mu"] > 0  # the warm start ran, and gated the model
     assert len(runs) == 1
+    # The package's warnings still point at the caller's line (no wrapper frame between).
+    ours = [w for w in caught if w.category.__module__.startswith("pymc_penalty")]
+    assert ours and all(w.filename == __file__ for w in ours), [w.filename for w in ours]
     runs.clear()
     with pm.Model():
         xd = pm.Data("xd", X[:, 0])

@@ -174,6 +174,50 @@ def test_private_start_charges_both_stages_once(far: bool, monkeypatch) -> None:
     assert np.array_equal(warm.point, taylor.point)
 
 
+@pytest.mark.parametrize("far", [(False, False), (True, False), (False, True), (True, True)])
+def test_three_stages_charge_the_one_shot_share_once(far: tuple[bool, bool], monkeypatch) -> None:
+    """With TAYLOR_LATER_STAGES = 2 (30%, 35%, 35%), whichever way each later stage goes,
+    the stages together spend the one-shot share exactly, the model counts every stage's
+    releases (a first stage 4; a later one 2 combined or 4 re-expanded, the last 3 or 5 with
+    the residual histogram), the ledger agrees, and the chains' expansion is the last
+    re-expanded stage's point (the warm start's where none was). The must-fail side: a
+    model that reported only its last stage's spend would miss the total."""
+    n = 3000
+    model = _groups(n)
+    answers = iter(far)
+    points: list[np.ndarray] = []
+
+    def decide(stage, covariance):
+        points.append(np.array(stage.point))
+        return next(answers)
+
+    monkeypatch.setattr(taylor_module, "far_from_expansion", decide)
+    monkeypatch.setattr(taylor_module, "TAYLOR_LATER_STAGES", 2)
+    target = prepare_warm_start(model)
+    warm = _warm(model, np.zeros(6), np.eye(6) * 0.01, n)
+    ledger = PrivacyLedger(10.0)
+    spent: list[float] = []
+
+    def stage(at, **kwargs):
+        before = ledger.spent_mu2
+        out = taylor_oneshot(
+            target, at, ledger=ledger, noise_rng=np.random.default_rng(len(spent)), **kwargs
+        )
+        ledger.release_unused()  # as budgeted.run_taylor_oneshot does
+        spent.append(ledger.spent_mu2 - before)
+        return out
+
+    tm, expand_at = taylor_module.two_stage_oneshot(stage, warm, 4.0)
+    assert len(spent) == 3 and spent[0] == pytest.approx(0.3 * 4.0, rel=1e-9)
+    assert spent[1] == pytest.approx(0.35 * 4.0, rel=1e-9) == spent[2]
+    assert tm.mu**2 == pytest.approx(4.0, rel=1e-9) == ledger.spent_mu2
+    assert spent[2] < tm.mu**2  # the must-fail side: the last stage's own spend
+    assert tm.releases == 4 + (4 if far[0] else 2) + (5 if far[1] else 3)
+    expected = points[1] if far[1] else points[0] if far[0] else warm.point
+    assert np.array_equal(expand_at.point, expected)
+    assert tm.residual_clip > 0
+
+
 @pytest.mark.slow
 def test_the_noise_floor_lets_the_independent_moves_run_on_group_intercepts() -> None:
     """Eight group intercepts with a Gaussian likelihood (residuals zero): with the noise

@@ -241,7 +241,7 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             "releasing at the plan's length or when the budget is spent, and chains past the "
             f"plan's number release nothing, so {' and '.join(parts)}. {count} {fix}",
             PlanMismatchWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
         )
     elif plan is not None and int(a.get("dp_releases", 0)) < plan.releases:
         warnings.warn(
@@ -249,7 +249,7 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             f"({_plan_text(plan)}) pays for: {spent}, and each release's noise was sized for "
             f"the longer run. {fix}",
             PlanMismatchWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
         )
 
 
@@ -271,7 +271,7 @@ def warn_clipping(idata: az.InferenceData) -> None:
             "tuning in the proposal's metric (clip=ClipPolicy('auto', mode='metric'), "
             "pp.sample's clip_mode='metric': the default with a budget), or a larger clip.",
             ClippingWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
         )
 
 

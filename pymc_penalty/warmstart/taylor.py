@@ -39,6 +39,7 @@ __all__ = [
     "TAYLOR_DRAWS",
     "TAYLOR_SHARE",
     "TAYLOR_FIRST_STAGE",
+    "TAYLOR_LATER_STAGES",
     "balance_rows",
     "far_from_expansion",
     "TAYLOR_TUNE",
@@ -64,6 +65,10 @@ TAYLOR_SHARE = 0.8
 #: negative binomial and a hierarchical model: ``scripts/taylor_start_diagnostics.py``),
 #: gives a quadratic model that is wrong where the posterior is.
 TAYLOR_FIRST_STAGE = 0.3
+
+#: The stages after the first (:func:`two_stage_oneshot`), splitting the rest of the
+#: one-shot ``mu^2`` equally: 1, the two-stage release.
+TAYLOR_LATER_STAGES = 1
 
 #: :func:`far_from_expansion`'s thresholds: the released mode more than this many whitened
 #: units per coordinate (RMS) from the expansion point, or a released sd outside this
@@ -329,37 +334,47 @@ def two_stage_oneshot(
     warm: WarmStart,
     oneshot_mu2: float,
     first_stage: float = TAYLOR_FIRST_STAGE,
+    later_stages: int | None = None,
 ) -> tuple[TaylorModel, WarmStart]:
-    """The one-shot in two stages (docs/algorithm.md, "Two stages"): the released model, its
-    ``mu`` and release count covering both, and the expansion its second stage used.
+    """The one-shot in stages (docs/algorithm.md, "Two stages"): the released model, its
+    ``mu`` and release count covering every stage, and the expansion its last stage used.
 
     ``oneshot(warm, mu=..., **stage)`` is one stage (:func:`taylor_oneshot` on the rows, with
     the caller's ledger and noise; ``stage``: its ``previous``, ``residual``, ``clip_mu`` and
     ``shares``). The first spends ``first_stage`` (:data:`TAYLOR_FIRST_STAGE`) of
-    ``oneshot_mu2`` at the warm start; the second the rest, at the first's released mode and
-    covariance where they are far from the warm start's (:func:`far_from_expansion`), else at
-    the same point and clips, combined with the first.
+    ``oneshot_mu2`` at the warm start; ``later_stages`` (:data:`TAYLOR_LATER_STAGES`) split
+    the rest equally. Each later stage expands at the model so far's released mode and
+    covariance where they are far from its expansion's (:func:`far_from_expansion`), else at
+    the same point and clips, combined with it (a re-expanded stage's predecessors have
+    chosen its point; their sums are not used again). Only the last releases the residual
+    clip's histogram.
     """
-    first = oneshot(
+    later = TAYLOR_LATER_STAGES if later_stages is None else int(later_stages)
+    if later < 1:
+        raise ValueError("two_stage_oneshot needs at least one later stage")
+    rest = oneshot_mu2 * (1.0 - first_stage) / later
+    model = oneshot(
         warm,
         mu=math.sqrt(oneshot_mu2 * first_stage),
         residual=False,
         clip_mu=math.sqrt(oneshot_mu2),  # its clips may serve the combined release
         shares=FIRST_STAGE_SHARES,
     )
-    rest = math.sqrt(oneshot_mu2 * (1.0 - first_stage))
-    if far_from_expansion(first, warm.covariance):  # expand again where the first points
-        expand_at = dataclasses.replace(warm, point=first.point, covariance=first.covariance)
-        second = oneshot(expand_at, mu=rest)
-    else:  # the same sums again, combined with the first's
-        expand_at = warm
-        second = oneshot(warm, mu=rest, previous=first)
-    both = dataclasses.replace(
-        second,
-        mu=math.sqrt(first.mu**2 + second.mu**2),
-        releases=first.releases + second.releases,
-    )
-    return both, expand_at
+    expand_at, mu2, releases = warm, model.mu**2, model.releases
+    for left in range(later - 1, -1, -1):  # stages after this one
+        stage: dict[str, Any] = {"mu": math.sqrt(rest)}
+        if left:  # not the last: no residual histogram, clips aimed at what may join them
+            stage.update(residual=False, clip_mu=math.sqrt(rest * (left + 1)))
+        if far_from_expansion(model, expand_at.covariance):  # expand where it points
+            expand_at = dataclasses.replace(warm, point=model.point, covariance=model.covariance)
+            if left:
+                stage["shares"] = FIRST_STAGE_SHARES
+            model = oneshot(expand_at, **stage)
+        else:  # the same sums again, combined with the model so far
+            stage.pop("clip_mu", None)
+            model = oneshot(expand_at, previous=model, **stage)
+        mu2, releases = mu2 + model.mu**2, releases + model.releases
+    return dataclasses.replace(model, mu=math.sqrt(mu2), releases=releases), expand_at
 
 
 def taylor_oneshot(
