@@ -33,8 +33,8 @@ Methods (a registry: :func:`register_method` adds one by name):
   move (the released residual clip raises it no further);
 - ``taylor_far_any``: ``taylor`` whose second stage expands again wherever the first's
   released mode is far, even where its noise explains the move (``FAR_NOISE = 0``);
-- ``taylor_three``: ``taylor`` with three one-shot stages (30%, 35%, 35%), each later one
-  expanding again where the model so far points far away;
+- ``taylor_two_stage``: ``taylor`` with the one-shot in two stages (30%, 70%), the default
+  before 2026-11-28 (three since);
 - ``taylor_short``: ``taylor`` with 1000 draws per chain and the chains' share of the budget
   cut to keep each step's ``mu`` (for comparison: more of the budget on the one-shot);
 - ``taylor_warm10``: ``taylor`` with 10% of the budget on the warm start instead of 20%;
@@ -454,17 +454,18 @@ def run_taylor_far_any(ds: Dataset, epsilon: float, seed: int, quick: bool):
         return _run_method(ds, epsilon, seed, quick, "taylor")
 
 
-@register_method("taylor_three")
-def run_taylor_three(ds: Dataset, epsilon: float, seed: int, quick: bool):
-    """``taylor`` with three one-shot stages (``TAYLOR_LATER_STAGES = 2``: 30%, 35%, 35% of
-    its ``mu^2``), for comparison: each later stage expands again where the model so far
-    points far from its expansion point, so a first stage's noisy mode is not where the
-    chains' model is built."""
+@register_method("taylor_two_stage")
+def run_taylor_two_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` with the one-shot in two stages (``TAYLOR_LATER_STAGES = 1``: 30%, 70% of
+    its ``mu^2``; the default before 2026-11-28, three stages since), for comparison. The
+    CSVs ``model_suite_issue27_three_seeded*.csv`` were written before the default changed:
+    their ``taylor`` rows are this method and their ``taylor_three`` rows today's
+    ``taylor``."""
     from unittest import mock
 
     from pymc_penalty.warmstart import taylor as wt
 
-    with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 2):
+    with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 1):
         return _run_method(ds, epsilon, seed, quick, "taylor")
 
 

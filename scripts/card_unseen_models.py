@@ -14,11 +14,17 @@ For each: NUTS (1000 draws, 2 chains), ``pp.sample(epsilon=, delta=1e-5)`` at it
 (``pp_sample``), the card usage ``pm.sample(step=pp.PenaltyMetropolis(epsilon=, delta=1e-5))``
 at ``pm.sample``'s defaults (``card``), and, for comparison, ``pp_sample`` with the Taylor
 one-shot as one expansion (``pp_sample_one_stage``: ``TAYLOR_FIRST_STAGE = 1``, the release
-before the two-stage one-shot), one core. Printed per run: the report's verdict and method, the RMS
-over parameters of the mean's error in NUTS sd, and the sd ratios. Last line ``RESULT {json}``.
+before the staged one-shot) or in two stages (``pp_sample_two_stage``:
+``TAYLOR_LATER_STAGES = 1``, the default before 2026-11-28; three since; in
+``benchmarks/results/card_unseen_three_eps1.txt``, written before the change, ``pp_sample``
+is two stages and ``pp_sample_three`` three), one core. With ``--seeded-noise`` the
+``pp_sample`` ways draw their privacy noise from the run's index (not private; paired
+comparisons). Printed per run:
+the report's verdict and method, the RMS over parameters of the mean's error in NUTS sd, and
+the sd ratios. Last line ``RESULT {json}``.
 
 Run ``python scripts/card_unseen_models.py [--n 5000] [--eps 2] [--runs 2] [--models ...]
-[--ways ...]``.
+[--ways ...] [--seeded-noise]``.
 """
 
 from __future__ import annotations
@@ -28,15 +34,17 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pymc as pm
 
 import pymc_penalty as pp
 from pymc_penalty import budgeted
+from pymc_penalty.warmstart import taylor as wt
 
 MODELS = ("gamma", "probit", "negbin")
-WAYS = ("pp_sample", "card", "pp_sample_one_stage")
+WAYS = ("pp_sample", "card", "pp_sample_one_stage", "pp_sample_two_stage")
 
 
 def build(name: str, n: int) -> pm.Model:
@@ -84,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["gamma", "probit"], choices=MODELS)
     parser.add_argument("--ways", nargs="+", default=["pp_sample", "card"], choices=WAYS)
+    parser.add_argument("--seeded-noise", action="store_true", help="pp_sample ways: seeded")
     args = parser.parse_args(argv)
     result = {}
     for name in args.models:
@@ -95,16 +104,20 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(args.runs):
                 with model, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    kw: dict = {"epsilon": args.eps, "delta": 1e-5, "cores": 1}
+                    if args.seeded_noise:
+                        kw.update(
+                            random_seed=run,
+                            step_kwargs={"privacy": pp.PrivacyPolicy(reproducible_noise=True)},
+                        )
                     if way == "pp_sample":
-                        idata = pp.sample(epsilon=args.eps, delta=1e-5, cores=1, progressbar=False)
+                        idata = pp.sample(progressbar=False, **kw)
                     elif way == "pp_sample_one_stage":
-                        saved, budgeted.TAYLOR_FIRST_STAGE = budgeted.TAYLOR_FIRST_STAGE, 1.0
-                        try:
-                            idata = pp.sample(
-                                epsilon=args.eps, delta=1e-5, cores=1, progressbar=False
-                            )
-                        finally:
-                            budgeted.TAYLOR_FIRST_STAGE = saved
+                        with mock.patch.object(budgeted, "TAYLOR_FIRST_STAGE", 1.0):
+                            idata = pp.sample(progressbar=False, **kw)
+                    elif way == "pp_sample_two_stage":
+                        with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 1):
+                            idata = pp.sample(progressbar=False, **kw)
                     else:
                         step = pp.PenaltyMetropolis(epsilon=args.eps, delta=1e-5)
                         raw = pm.sample(step=step, cores=1, progressbar=False)

@@ -344,7 +344,7 @@ def check_model_suite(res: dict) -> None:
     cells = {c["method"]: c for c in res["cells"]}
     expected = {
         "nuts", "pp_sample", "step", "nss", "taylor", "taylor_add_remove", "taylor_one_stage",
-        "taylor_noise15", "taylor_cap2", "taylor_far_any", "taylor_three", "taylor_short",
+        "taylor_noise15", "taylor_cap2", "taylor_far_any", "taylor_two_stage", "taylor_short",
         "taylor_warm10",
         "penalty",
     }  # fmt: skip
