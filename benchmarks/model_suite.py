@@ -457,10 +457,10 @@ def run_taylor_far_any(ds: Dataset, epsilon: float, seed: int, quick: bool):
 @register_method("taylor_two_stage")
 def run_taylor_two_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
     """``taylor`` with the one-shot in two stages (``TAYLOR_LATER_STAGES = 1``: 30%, 70% of
-    its ``mu^2``; the default before 2026-11-28, three stages since), for comparison. The
-    CSVs ``model_suite_issue27_three_seeded*.csv`` were written before the default changed:
-    their ``taylor`` rows are this method and their ``taylor_three`` rows today's
-    ``taylor``."""
+    its ``mu^2``; the default before 2026-11-28, three stages since), for comparison. (The
+    CSVs ``model_suite_issue27_three_seeded{,_pr,_eps2}.csv`` were written just before the
+    default changed, as ``taylor`` and ``taylor_three``; their labels were rewritten to
+    these names.)"""
     from unittest import mock
 
     from pymc_penalty.warmstart import taylor as wt

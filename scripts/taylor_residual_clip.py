@@ -21,8 +21,8 @@ prints:
 - ``one-shot clipped``: the rows whose gradient (or Hessian) the one-shot clipped, and how
   many of those are among the rows above the limit;
 - ``|u(mode)|``: the released mode (the chains' start) in whitened units from the
-  expansion point, and whether the second stage expanded again or was combined with the
-  first;
+  expansion point, and whether each later stage of the one-shot expanded again or was
+  combined with the model so far (with ``--nuts``, distances from the NUTS mean too);
 - the report's verdict and smallest bulk ESS.
 
 The counts are read from the simulated data (a diagnosis, not a release). The privacy noise
@@ -121,11 +121,11 @@ def run(
         seen["mode"] = np.array(taylor.point, dtype=np.float64)
         return limit(taylor, likelihood_mu, relation, noise_sd)
 
-    def keep_far(model, covariance):
-        seen["far"] = far(model, covariance)
-        seen["warm"] = np.array(model.t, dtype=np.float64)  # the first stage's expansion
-        seen["first_mode"] = np.array(model.point, dtype=np.float64)
-        return seen["far"]
+    def keep_far(model, covariance):  # before each later stage, on the model so far
+        seen.setdefault("far", []).append(far(model, covariance))
+        seen.setdefault("warm", np.array(model.t, dtype=np.float64))  # the first's expansion
+        seen.setdefault("first_mode", np.array(model.point, dtype=np.float64))
+        return seen["far"][-1]
 
     tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = keep_rows, keep_limit
     wt.far_from_expansion = keep_far
@@ -156,7 +156,7 @@ def run(
         "cut": int(seen["cut"].sum()),
         "over_and_cut": int((over & seen["cut"]).sum()),
         "u_mode": seen["u_mode"],
-        "far": bool(seen.get("far")),
+        "far": list(seen.get("far", [])),
         "ess": float(idata.attrs["dp_ess_bulk_min"]),
         "verdict": str(idata.attrs["dp_convergence"]),
     }
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--nuts",
         action="store_true",
-        help="also the warm start, the first stage's mode, the second stage's expansion point "
+        help="also the warm start, the first stage's mode, the last stage's expansion point "
         "and the released mode, in "
         "NUTS sd from the NUTS mean (untransformed coordinates: RMS, largest)",
     )
@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         for index in args.datasets:
             r = run(args.model, args.eps, index, int(args.n), args.nuts, args.seeded_noise)
+            stages = "later stages " + "/".join(
+                "re-expanded" if f else "combined" for f in r["far"]
+            )
             far = "".join(
                 f", {k} {rms:.2f}/{top:.2f} sd" for k, (rms, top) in r["distances"].items()
             )
@@ -192,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.model} eps {args.eps:g} data set {index}: r / limit "
                 f"{r['r_over_limit']:.2f}, rows > limit {r['over']} (unclipped model "
                 f"{r['over_unclipped']}), one-shot clipped {r['cut']} ({r['over_and_cut']} of "
-                f"them > limit), |u(mode)| {r['u_mode']:.2f}, second stage "
-                f"{'re-expanded' if r['far'] else 'combined'}, bulk ESS {r['ess']:.0f}, "
+                f"them > limit), |u(mode)| {r['u_mode']:.2f}, "
+                f"{stages}, bulk ESS {r['ess']:.0f}, "
                 f"{r['verdict']}{far}",
                 flush=True,
             )

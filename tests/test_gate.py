@@ -750,3 +750,16 @@ def test_remembered_gate_decision_is_tied_to_the_data_it_checked(monkeypatch):
     validate_model(model, value_vars)
     validate_model(model, value_vars)
     assert len(runs) == 5
+    # observed values given as an expression of the data: its inputs are what is hashed
+    with pm.Model() as scaled:
+        yd = pm.Data("yd", Y_REAL)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", b, 1.0, observed=2.0 * yd)
+    with one_model_gate():
+        validate_model(scaled, list(scaled.value_vars))
+        validate_model(scaled, list(scaled.value_vars))
+        assert len(runs) == 6
+        with scaled:
+            pm.set_data({"yd": Y_REAL[::-1]})
+        validate_model(scaled, list(scaled.value_vars))
+        assert len(runs) == 7

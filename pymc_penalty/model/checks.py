@@ -452,8 +452,15 @@ def _gate_key(model: pm.Model, value_vars: Sequence[Variable], settings: tuple) 
     """What a gate decision depends on: the model's graph (its variables' identities), the
     step's variables, the settings, and a hash of every data source's values and shape."""
     digest = hashlib.blake2b(digest_size=16)
-    for source in data_sources(model):
-        value = source.data if isinstance(source, Constant) else source.get_value(borrow=True)
+    # An observed value may be an expression (observed=2 * x): its constant and shared inputs.
+    leaves = [v for v in ancestors(data_sources(model)) if v.owner is None]
+    for source in leaves:
+        if isinstance(source, Constant):
+            value = source.data
+        elif hasattr(source, "get_value"):
+            value = source.get_value(borrow=True)
+        else:  # a root variable: no value of its own to hash
+            continue
         array = np.ascontiguousarray(value)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
         digest.update(array.tobytes())
