@@ -27,7 +27,7 @@ import pymc as pm
 from pymc_penalty.accounting.calibration import calibrate
 from pymc_penalty.accounting.sensitivity import Neighbours
 from pymc_penalty.errors import InvalidArgumentError, UnevaluableRowsWarning
-from pymc_penalty.model.checks import check_min_rows, validate_model
+from pymc_penalty.model.checks import check_min_rows, one_model_gate, validate_model
 from pymc_penalty.model.screen import SCREEN_SHARE, RowScreen, flag_unevaluable, screen_rows
 from pymc_penalty.planning.plan import (
     chain_starts,
@@ -422,35 +422,38 @@ class PenaltyMetropolis(TaylorPenaltyMetropolis):
         screen = warm = taylor = None
         plan = kwargs.get("plan") or DEFAULT_PLAN
         tune_cap = None
-        if budgeted:
-            screen, warm, taylor, kwargs = self._private_start(
-                model, share, method == "taylor", warm_start_clip, warm_start_steps, kwargs
-            )
-            self.other_releases = int(kwargs["ledger"].releases)
-        if warm is not None:
-            # pp.sample's tuning after a warm start: the Taylor path's chains tune
-            # TAYLOR_TUNE steps; the plain walk's a tenth of the draws, within [100, 1000].
-            # pm.sample's further tuning steps (1000 by default) release nothing, so their
-            # share of the budget goes to the draws.
-            released = (
-                TAYLOR_TUNE if taylor is not None else resolve_tune("auto", plan.draws, share)
-            )
-            tune_cap = min(released, plan.tune)
-            moves = plan.moves_per_draw
-            if moves is None and taylor is not None:
-                moves = taylor_moves_per_draw(plan.draws)
-            kwargs["plan"] = RunPlan(plan.draws, tune_cap, plan.chains, moves_per_draw=moves)
-        if taylor is not None:
-            step_mu = calibrate(available_mu(kwargs["ledger"]), kwargs["plan"], warn_below=0.0)
-            taylor, kwargs = taylor_step_settings(
-                taylor, kwargs, adapt=given_adapt, step_mu=step_mu
-            )
-        # The step's construction warnings point at its caller's caller: one frame up here.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            super().__init__(vars, taylor=taylor, model=model, **kwargs)
-        for w in caught:
-            warnings.warn(w.message, w.category, stacklevel=2)
+        # The screen, the warm start and the step share one gate decision (as in
+        # pymc_penalty.sample): the model's checks run once.
+        with one_model_gate():
+            if budgeted:
+                screen, warm, taylor, kwargs = self._private_start(
+                    model, share, method == "taylor", warm_start_clip, warm_start_steps, kwargs
+                )
+                self.other_releases = int(kwargs["ledger"].releases)
+            if warm is not None:
+                # pp.sample's tuning after a warm start: the Taylor path's chains tune
+                # TAYLOR_TUNE steps; the plain walk's a tenth of the draws, within [100, 1000].
+                # pm.sample's further tuning steps (1000 by default) release nothing, so their
+                # share of the budget goes to the draws.
+                released = (
+                    TAYLOR_TUNE if taylor is not None else resolve_tune("auto", plan.draws, share)
+                )
+                tune_cap = min(released, plan.tune)
+                moves = plan.moves_per_draw
+                if moves is None and taylor is not None:
+                    moves = taylor_moves_per_draw(plan.draws)
+                kwargs["plan"] = RunPlan(plan.draws, tune_cap, plan.chains, moves_per_draw=moves)
+            if taylor is not None:
+                step_mu = calibrate(available_mu(kwargs["ledger"]), kwargs["plan"], warn_below=0.0)
+                taylor, kwargs = taylor_step_settings(
+                    taylor, kwargs, adapt=given_adapt, step_mu=step_mu
+                )
+            # The step's construction warnings point at its caller's caller: one frame up here.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                super().__init__(vars, taylor=taylor, model=model, **kwargs)
+            for w in caught:
+                warnings.warn(w.message, w.category, stacklevel=2)
         self.tune_release_cap = tune_cap
         if warm is not None:
             self._chain_starts = chain_starts(warm, plan.chains, _seed(kwargs.get("rng")))

@@ -695,7 +695,8 @@ def _counting_gate(monkeypatch) -> list[int]:
 
 def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatch):
     """pp.sample gates the model for the row screen, the warm start and the step: the
-    row-locality probes run once. A coupled model is still refused before anything is
+    row-locality probes run once, in pp.sample and in a budgeted step (the card usage),
+    whose block pp.sample's contains. A coupled model is still refused before anything is
     spent (the control)."""
     import pymc_penalty as pp
 
@@ -712,6 +713,17 @@ def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatc
     # The package's warnings still point at the caller's line (no wrapper frame between).
     ours = [w for w in caught if w.category.__module__.startswith("pymc_penalty")]
     assert ours and all(w.filename == __file__ for w in ours), [w.filename for w in ours]
+    runs.clear()
+    # the card usage: a budgeted step spends on the same three before its chains
+    with pm.Model():
+        xd = pm.Data("xd", X[:, 0])
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5)
+    assert step.extra_report["dp_warm_start_mu"] > 0
+    assert len(runs) == 1
     runs.clear()
     with pm.Model():
         xd = pm.Data("xd", X[:, 0])
@@ -738,6 +750,9 @@ def test_remembered_gate_decision_is_tied_to_the_data_it_checked(monkeypatch):
     with one_model_gate():
         assert validate_model(model, value_vars) == N
         assert validate_model(model, value_vars) == N
+        assert len(runs) == 1
+        with one_model_gate():  # a block inside (a budgeted step's) shares the decisions
+            assert validate_model(model, value_vars) == N
         assert len(runs) == 1
         with model:
             pm.set_data({"xd": X[:, 1]})

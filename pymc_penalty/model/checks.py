@@ -439,8 +439,12 @@ def one_model_gate() -> Iterator[None]:
     the block a model that has passed with the same settings, the same graph and the same
     data (every data source's values, hashed: a ``pm.set_data`` in between runs the gate
     again) is not checked again. Refusals are never remembered, and nothing outlives the
-    block.
+    outermost block (a budgeted step built inside ``pymc_penalty.sample`` shares its
+    block).
     """
+    if _PASSED.get() is not None:  # inside another block: its decisions hold here too
+        yield
+        return
     token = _PASSED.set({})
     try:
         yield
