@@ -343,7 +343,7 @@ def two_stage_oneshot(
     first_stage: float = TAYLOR_FIRST_STAGE,
     later_stages: int | None = None,
 ) -> tuple[TaylorModel, WarmStart]:
-    """The one-shot in stages (docs/algorithm.md, "Two stages"): the released model, its
+    """The one-shot in stages (docs/algorithm.md, "Stages"): the released model, its
     ``mu`` and release count covering every stage, and the expansion its last stage used.
 
     ``oneshot(warm, mu=..., **stage)`` is one stage (:func:`taylor_oneshot` on the rows, with
