@@ -16,8 +16,8 @@ started before). With n / 2 even and substitute-one the shards' pairs are the wh
 the two then differ only in the float order of the sums. Under add/remove-one the pair across
 the shards' boundary is missing and the pair count is ``n_hat - 2``.
 
-``--taylor MU`` also times the Taylor path's one-shot release (both stages,
-:func:`~pymc_penalty.warmstart.taylor.two_stage_oneshot`) of ``mu`` = MU at the in-process warm
+``--taylor MU`` also times the Taylor path's one-shot release (every stage,
+:func:`~pymc_penalty.warmstart.taylor.staged_oneshot`) of ``mu`` = MU at the in-process warm
 start's point, in-process (:class:`~pymc_penalty.warmstart.taylor_terms.RowTaylorTerms` on the
 concatenated table) and on the shards
 (:func:`~pymc_penalty.distributed._warm.sharded_taylor_oneshot`), on the same seeded noise:
@@ -48,7 +48,7 @@ from pymc_penalty.distributed._setup import prepare_run  # noqa: E402
 from pymc_penalty.distributed._warm import sharded_taylor_oneshot, sharded_warm_start  # noqa: E402
 from pymc_penalty.privacy.ledger import PrivacyLedger  # noqa: E402
 from pymc_penalty.warmstart import prepare_warm_start, private_warm_start  # noqa: E402
-from pymc_penalty.warmstart.taylor import taylor_oneshot_on, two_stage_oneshot  # noqa: E402
+from pymc_penalty.warmstart.taylor import staged_oneshot, taylor_oneshot_on  # noqa: E402
 from pymc_penalty.warmstart.taylor_terms import RowTaylorTerms  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -147,7 +147,7 @@ def _oneshots(pool, r, target, warm, mu: float, seed: int) -> dict:
         )  # fmt: skip
 
     start = time.perf_counter()
-    local = two_stage_oneshot(stage, warm, mu**2)[0]
+    local = staged_oneshot(stage, warm, mu**2)[0]
     local_s = time.perf_counter() - start
     r = r._replace(ledger=PrivacyLedger(100.0))
     start = time.perf_counter()

@@ -76,9 +76,9 @@ from pymc_penalty.warmstart.taylor import (
     TAYLOR_FIRST_STAGE,
     TAYLOR_SHARE,
     TAYLOR_TUNE,
+    staged_oneshot,
     taylor_moves_per_draw,
     taylor_oneshot,
-    two_stage_oneshot,
 )
 
 __all__ = [
@@ -238,7 +238,7 @@ def run_private_start(
             target, warm, mu=math.sqrt(oneshot_mu2), ledger=ledger, noise_rng=noise_rng
         )
     else:
-        model_release, expand_at = two_stage_oneshot(
+        model_release, expand_at = staged_oneshot(
             functools.partial(run_taylor_oneshot, target, ledger=ledger, noise_rng=noise_rng),
             warm,
             oneshot_mu2,

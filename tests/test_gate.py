@@ -693,6 +693,14 @@ def _counting_gate(monkeypatch) -> list[int]:
     return runs
 
 
+def _logistic_on_data(centred: bool = False) -> None:
+    """Inside a model context: a logistic regression on ``pm.Data``; ``centred`` centres the
+    covariate inside the graph (rows coupled by the mean: refused)."""
+    xd = pm.Data("xd", X[:, 0])
+    b = pm.Normal("b", 0, 1)
+    pm.Bernoulli("y", logit_p=b * ((xd - xd.mean()) if centred else xd), observed=Y_BIN)
+
+
 def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatch):
     """pp.sample gates the model for the row screen, the warm start and the step: the
     row-locality probes run once, in pp.sample and in a budgeted step (the card usage),
@@ -702,9 +710,7 @@ def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatc
 
     runs = _counting_gate(monkeypatch)
     with pm.Model():
-        xd = pm.Data("xd", X[:, 0])
-        b = pm.Normal("b", 0, 1)
-        pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
+        _logistic_on_data()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             idata = pp.sample(epsilon=2.0, delta=1e-5, draws=40, tune=40, chains=1, **QUIET)
@@ -716,9 +722,7 @@ def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatc
     runs.clear()
     # the card usage: a budgeted step spends on the same three before its chains
     with pm.Model():
-        xd = pm.Data("xd", X[:, 0])
-        b = pm.Normal("b", 0, 1)
-        pm.Bernoulli("y", logit_p=b * xd, observed=Y_BIN)
+        _logistic_on_data()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             step = pp.PenaltyMetropolis(epsilon=2.0, delta=1e-5)
@@ -726,9 +730,7 @@ def test_sample_runs_the_gate_once_for_its_screen_warm_start_and_step(monkeypatc
     assert len(runs) == 1
     runs.clear()
     with pm.Model():
-        xd = pm.Data("xd", X[:, 0])
-        b = pm.Normal("b", 0, 1)
-        pm.Bernoulli("y", logit_p=b * (xd - xd.mean()), observed=Y_BIN)
+        _logistic_on_data(centred=True)
         with pytest.raises(ModelNotPrivateError, match="One record moves"):
             pp.sample(epsilon=2.0, delta=1e-5, draws=40, tune=40, chains=1, **QUIET)
     assert len(runs) == 1

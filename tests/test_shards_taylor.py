@@ -38,8 +38,8 @@ from pymc_penalty.warmstart import WarmStart, prepare_warm_start, split_point  #
 from pymc_penalty.warmstart.taylor import (  # noqa: E402
     FIRST_STAGE_SHARES,
     ONESHOT_SHARES,
+    staged_oneshot,
     taylor_oneshot_on,
-    two_stage_oneshot,
 )
 from pymc_penalty.warmstart.taylor_terms import Expansion, RowTaylorTerms  # noqa: E402
 
@@ -95,7 +95,7 @@ def _in_process(y, neighbours, seed):
             relation=target.relation, ledger=ledger, noise_rng=noise, **kw,
         )  # fmt: skip
 
-    return two_stage_oneshot(stage, _warm(model, _rows_public(neighbours)), MU**2)[0]
+    return staged_oneshot(stage, _warm(model, _rows_public(neighbours)), MU**2)[0]
 
 
 @pytest.mark.parametrize("neighbours", ["substitute", "add_remove"])

@@ -208,7 +208,7 @@ def test_three_stages_charge_the_one_shot_share_once(far: tuple[bool, bool], mon
         spent.append(ledger.spent_mu2 - before)
         return out
 
-    tm, expand_at = taylor_module.two_stage_oneshot(stage, warm, 4.0)
+    tm, expand_at = taylor_module.staged_oneshot(stage, warm, 4.0)
     assert len(spent) == 3 and spent[0] == pytest.approx(0.3 * 4.0, rel=1e-9)
     assert spent[1] == pytest.approx(0.35 * 4.0, rel=1e-9) == spent[2]
     assert tm.mu**2 == pytest.approx(4.0, rel=1e-9) == ledger.spent_mu2

@@ -39,7 +39,7 @@ from pymc_penalty.privacy.taylor import TaylorRelease
 from pymc_penalty.sampling.adaptation.state import starting_proposal
 from pymc_penalty.sampling.taylor import TaylorModel
 from pymc_penalty.warmstart import LogPrior, WarmStart, warm_start_on
-from pymc_penalty.warmstart.taylor import TAYLOR_FIRST_STAGE, taylor_oneshot_on, two_stage_oneshot
+from pymc_penalty.warmstart.taylor import TAYLOR_FIRST_STAGE, staged_oneshot, taylor_oneshot_on
 from pymc_penalty.warmstart.taylor_terms import Expansion
 
 __all__ = [
@@ -107,9 +107,9 @@ def sharded_taylor_oneshot(
     noise_rng: np.random.Generator | None = None,
 ) -> TaylorModel:
     """The Taylor path's one-shot release on the table of ``pool``'s shards, at the private
-    warm start's point, spending ``mu`` from the run's ledger in two stages, as
+    warm start's point, spending ``mu`` from the run's ledger in stages, as
     :func:`pymc_penalty.sample` does in-process
-    (:func:`~pymc_penalty.warmstart.taylor.two_stage_oneshot`; its unused reservation
+    (:func:`~pymc_penalty.warmstart.taylor.staged_oneshot`; its unused reservation
     returned after each stage, also when it stops).
 
     Each release is committed to the driver's ledger before any shard is asked for the sum
@@ -152,7 +152,7 @@ def sharded_taylor_oneshot(
         finally:
             r.ledger.release_unused()
 
-    model, expand_at = two_stage_oneshot(stage, warm, float(mu) ** 2, TAYLOR_FIRST_STAGE)
+    model, expand_at = staged_oneshot(stage, warm, float(mu) ** 2, TAYLOR_FIRST_STAGE)
     # Where the chains start, in the expansion's metric (public; for the forecast).
     return dataclasses.replace(model, start_offset=start_offset(model, expand_at.covariance))
 

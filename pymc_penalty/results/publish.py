@@ -100,6 +100,12 @@ def step_report(
     )
 
 
+#: The stack level of :func:`finalize_result`'s warnings: the line that called
+#: ``pymc_penalty.sample`` or ``pymc_penalty.finalize`` (each calls ``finalize_result``, which
+#: calls the warning's function).
+_CALLER = 4
+
+
 def taylor_posterior(
     idata: Any, model: pm.Model, taylor: TaylorModel, random_seed: Any, keep_data: bool = False
 ) -> Any:
@@ -137,7 +143,7 @@ def taylor_posterior(
             "its means carry an error of about the report's dp_taylor_mean_noise_sd (in "
             "posterior sds) that its intervals leave out. Run longer chains.",
             UtilityWarning,
-            stacklevel=3,
+            stacklevel=_CALLER,
         )
         idata.posterior.attrs[NOISE_AWARE_ATTR] = 0
         return idata
@@ -241,7 +247,7 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             "releasing at the plan's length or when the budget is spent, and chains past the "
             f"plan's number release nothing, so {' and '.join(parts)}. {count} {fix}",
             PlanMismatchWarning,
-            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
+            stacklevel=_CALLER,
         )
     elif plan is not None and int(a.get("dp_releases", 0)) < plan.releases:
         warnings.warn(
@@ -249,7 +255,7 @@ def warn_plan_mismatch(idata: az.InferenceData, plan: RunPlan | None) -> None:
             f"({_plan_text(plan)}) pays for: {spent}, and each release's noise was sized for "
             f"the longer run. {fix}",
             PlanMismatchWarning,
-            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
+            stacklevel=_CALLER,
         )
 
 
@@ -271,7 +277,7 @@ def warn_clipping(idata: az.InferenceData) -> None:
             "tuning in the proposal's metric (clip=ClipPolicy('auto', mode='metric'), "
             "pp.sample's clip_mode='metric': the default with a budget), or a larger clip.",
             ClippingWarning,
-            stacklevel=4,  # the caller of pymc_penalty.sample or finalize
+            stacklevel=_CALLER,
         )
 
 
@@ -292,7 +298,7 @@ def verdict_after_sampling(idata: az.InferenceData) -> None:
             "forecast, pymc_penalty.forecast_utility), or tuning too short; see "
             "docs/choosing-parameters.md.",
             ConvergenceWarning,
-            stacklevel=4,
+            stacklevel=_CALLER,
         )
 
 

@@ -47,7 +47,7 @@ __all__ = [
     "taylor_moves_per_draw",
     "taylor_oneshot",
     "taylor_oneshot_on",
-    "two_stage_oneshot",
+    "staged_oneshot",
 ]
 
 #: Share of what the screen and the warm start leave (``mu^2``) spent on the one-shot
@@ -67,7 +67,7 @@ TAYLOR_SHARE = 0.8
 #: posterior is.
 TAYLOR_FIRST_STAGE = 0.3
 
-#: The stages after the first (:func:`two_stage_oneshot`), splitting the rest of the
+#: The stages after the first (:func:`staged_oneshot`), splitting the rest of the
 #: one-shot ``mu^2`` equally: 2 (30%, 35%, 35%). With one (30%, 70%) a noisy first stage
 #: could send the second far from the mode, or a combined release point far from its
 #: expansion, and the chains then ran where the quadratic model is wrong (loud residual
@@ -336,7 +336,7 @@ def far_from_expansion(model: TaylorModel, covariance: np.ndarray) -> bool:
     return bool(lam.min() < FAR_SCALE**-2 or lam.max() > FAR_SCALE**2)
 
 
-def two_stage_oneshot(
+def staged_oneshot(
     oneshot: Callable[..., TaylorModel],
     warm: WarmStart,
     oneshot_mu2: float,
@@ -358,7 +358,7 @@ def two_stage_oneshot(
     """
     later = TAYLOR_LATER_STAGES if later_stages is None else int(later_stages)
     if later < 1:
-        raise ValueError("two_stage_oneshot needs at least one later stage")
+        raise ValueError("staged_oneshot needs at least one later stage")
     rest = oneshot_mu2 * (1.0 - first_stage) / later
     model = oneshot(
         warm,
