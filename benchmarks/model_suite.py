@@ -33,6 +33,8 @@ Methods (a registry: :func:`register_method` adds one by name):
   move (the released residual clip raises it no further);
 - ``taylor_far_any``: ``taylor`` whose second stage expands again wherever the first's
   released mode is far, even where its noise explains the move (``FAR_NOISE = 0``);
+- ``taylor_last_bar``: ``taylor`` whose last stage expands again at a lower bar
+  (``FAR_NOISE_LAST = 1``);
 - ``taylor_two_stage``: ``taylor`` with the one-shot in two stages (30%, 70%), the default
   before 2026-11-28 (three since);
 - ``taylor_short``: ``taylor`` with 1000 draws per chain and the chains' share of the budget
@@ -144,6 +146,8 @@ QUICK_DRAWS = 200
 LOUD_NOISE_SD = 1.5
 #: ``taylor_short``'s draws per chain.
 SHORT_DRAWS = 1000
+#: ``taylor_last_bar``'s ``FAR_NOISE_LAST``.
+LAST_BAR_NOISE = 1.0
 DEFAULT_CSV = os.path.join(REPO_ROOT, "benchmarks", "results", "model_suite.csv")
 DOCS_PATH = os.path.join(REPO_ROOT, "docs", "benchmarks", "model-suite.md")
 #: The verdicts of the package's report (other methods have none: ``converged`` is NaN).
@@ -466,6 +470,20 @@ def run_taylor_two_stage(ds: Dataset, epsilon: float, seed: int, quick: bool):
     from pymc_penalty.warmstart import taylor as wt
 
     with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 1):
+        return _run_method(ds, epsilon, seed, quick, "taylor")
+
+
+@register_method("taylor_last_bar")
+def run_taylor_last_bar(ds: Dataset, epsilon: float, seed: int, quick: bool):
+    """``taylor`` whose last stage expands again where the model so far's released mode is
+    more than :data:`~pymc_penalty.warmstart.taylor.FAR_DISTANCE` whitened units per
+    coordinate from its expansion and more than once (not three times) the move its ``G``
+    noise alone gives (``FAR_NOISE_LAST = 1``), for comparison."""
+    from unittest import mock
+
+    from pymc_penalty.warmstart import taylor as wt
+
+    with mock.patch.object(wt, "FAR_NOISE_LAST", LAST_BAR_NOISE):
         return _run_method(ds, epsilon, seed, quick, "taylor")
 
 

@@ -187,13 +187,16 @@ def test_three_stages_charge_the_one_shot_share_once(far: tuple[bool, bool], mon
     model = _groups(n)
     answers = iter(far)
     points: list[np.ndarray] = []
+    bars: list[float | None] = []
 
-    def decide(stage, covariance):
+    def decide(stage, covariance, noise=None):
         points.append(np.array(stage.point))
+        bars.append(noise)
         return next(answers)
 
     monkeypatch.setattr(taylor_module, "far_from_expansion", decide)
     monkeypatch.setattr(taylor_module, "TAYLOR_LATER_STAGES", 2)
+    monkeypatch.setattr(taylor_module, "FAR_NOISE_LAST", 0.5)  # distinct from FAR_NOISE
     target = prepare_warm_start(model)
     warm = _warm(model, np.zeros(6), np.eye(6) * 0.01, n)
     ledger = PrivacyLedger(10.0)
@@ -217,6 +220,7 @@ def test_three_stages_charge_the_one_shot_share_once(far: tuple[bool, bool], mon
     expected = points[1] if far[1] else points[0] if far[0] else warm.point
     assert np.array_equal(expand_at.point, expected)
     assert tm.residual_clip > 0
+    assert bars == [taylor_module.FAR_NOISE, 0.5]  # the last stage's decision, its own bar
 
 
 @pytest.mark.slow
@@ -281,5 +285,6 @@ def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
 
     assert far_from_expansion(with_sd(0.5 * noise_move), cov)
     assert not far_from_expansion(with_sd(2.0 * noise_move), cov)
+    assert far_from_expansion(with_sd(2.0 * noise_move), cov, noise=0.4 * wt.FAR_NOISE)
     monkeypatch.setattr(wt, "FAR_NOISE", 0.0)
     assert far_from_expansion(with_sd(2.0 * noise_move), cov)
