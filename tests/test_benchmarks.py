@@ -345,7 +345,7 @@ def check_model_suite(res: dict) -> None:
     expected = {
         "nuts", "pp_sample", "step", "nss", "taylor", "taylor_add_remove", "taylor_one_stage",
         "taylor_noise15", "taylor_cap2", "taylor_far_any", "taylor_two_stage", "taylor_short",
-        "taylor_warm10",
+        "taylor_warm10", "taylor_last_bar",
         "penalty",
     }  # fmt: skip
     assert set(cells) == expected and res["errors"] == 0, cells
