@@ -212,11 +212,16 @@ def test_sample_on_the_taylor_path_reports_the_forecast():
     from test_taylor_path import _logistic
 
     model = _logistic(2000, 9)
+    # Seeded noise (tests only): the one-shot draw and the chains' noise are a fixed stream.
+    # With fresh noise the realised ESS over the forecast was 0.15-1.27 in 22 runs of this
+    # call (median 0.8), below the 1/3 checked below in one of them (0.154, forecast 145)
+    # and at 0.37 in another: about 1 run in 20 failed.
+    seeded = {"privacy": pp.PrivacyPolicy(reproducible_noise=True)}
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UtilityWarning)
         idata = pp.sample(
             epsilon=2.0, delta=1e-5, method="taylor", draws=300, tune=200, chains=2,
-            progressbar=False, random_seed=3,
+            progressbar=False, random_seed=3, step_kwargs=seeded,
         )  # fmt: skip
     attrs = idata.attrs
     assert attrs["dp_method"] == "taylor"
