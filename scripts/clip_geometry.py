@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "benchmarks")]
 
 #: The expected share of rows clipped by every rule (split equally over its blocks).
 TAIL = 1e-3
@@ -177,43 +177,10 @@ def coordinate_names(value_vars, point: dict) -> list[str]:
     return names
 
 
-def exact_mode(model, template: dict, x0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The exact posterior mode (raveled, unconstrained) and the negative Hessian of the log
-    posterior there (central differences of the exact gradient)."""
-    from scipy import optimize
-
-    from pymc_penalty.warmstart import split_point
-
-    logp, dlogp = model.compile_logp(), model.compile_dlogp()
-
-    def f(x):
-        return -float(logp(split_point(x, template)))
-
-    def g(x):
-        return -np.asarray(dlogp(split_point(x, template)), dtype=np.float64)
-
-    def hess(x):
-        d, h = x.size, 1e-5
-        H = np.empty((d, d))
-        for j in range(d):
-            e = np.zeros(d)
-            e[j] = h * max(1.0, abs(x[j]))
-            H[:, j] = (g(x + e) - g(x - e)) / (2 * e[j])
-        return 0.5 * (H + H.T)
-
-    x = optimize.minimize(f, x0, jac=g, method="BFGS", options={"gtol": 1e-8}).x
-    for _ in range(5):  # Newton polish (the mode exactly, not to BFGS's tolerance)
-        H = hess(x)
-        step = np.linalg.solve(H, g(x))
-        x = x - step
-        if np.max(np.abs(step)) < 1e-12:
-            break
-    return x, hess(x)
-
-
 def row_scores(model_name: str, n: int, index: int) -> dict:
     """The rows' whitened gradients at the exact mode (posterior-sd units) and their names."""
     import model_suite as ms
+    from taylor_start_diagnostics import exact_laplace  # the one exact mode and Laplace
 
     from pymc_penalty.warmstart import prepare_warm_start
     from pymc_penalty.warmstart.taylor_terms import Expansion, row_terms
@@ -222,8 +189,7 @@ def row_scores(model_name: str, n: int, index: int) -> dict:
     target = prepare_warm_start(model)
     template = target.point
     x0 = np.concatenate([np.ravel(template[v.name]) for v in target.value_vars]).astype(float)
-    t, H = exact_mode(model, template, x0)
-    cov = np.linalg.inv(H)
+    t, cov = exact_laplace(model, template, x0)
     reads = np.flatnonzero(target.likelihood.reads)
     reads = reads if reads.size else np.arange(t.size)
     L = np.linalg.cholesky(cov[np.ix_(reads, reads)])

@@ -329,14 +329,14 @@ def far_from_expansion(
     """Whether a stage's released mode and covariance are far from its expansion point and
     metric (``covariance``, the one it whitened with): the mode more than
     :data:`FAR_DISTANCE` whitened units per coordinate (RMS) away and more than ``noise``
-    (default :data:`FAR_NOISE`) times the move its ``G`` noise alone gives, or a released sd along
-    some direction outside :data:`FAR_SCALE` times the expansion's. Public values only."""
+    (default :data:`FAR_NOISE`) times the move its ``G`` noise alone gives, or a released sd
+    along some direction outside :data:`FAR_SCALE` times the expansion's. Public values only."""
     L_full = np.linalg.cholesky(np.asarray(covariance, dtype=np.float64))
     v = np.linalg.solve(L_full, np.asarray(model.point, np.float64) - np.asarray(model.t))
     inner = np.linalg.solve(L_full, np.linalg.solve(L_full, model.covariance).T)
     inner = 0.5 * (inner + inner.T)
     # The move the G noise alone gives the mode, about sd_G^2 tr(C^2) in squared norm: a
-    # move within FAR_NOISE of it is not evidence that the expansion was far.
+    # move within ``noise`` times it is not evidence that the expansion was far.
     noise_move = float(model.release.sd_G) * math.sqrt(float(np.sum(inner * inner)))
     noise = FAR_NOISE if noise is None else float(noise)
     reach = max(FAR_DISTANCE * math.sqrt(v.size), noise * noise_move)
