@@ -25,6 +25,18 @@ prints:
   combined with the model so far (with ``--nuts``, distances from the NUTS mean too);
 - the report's verdict and smallest bulk ESS.
 
+- with ``--nuts``, ``far test``: each later stage's move of the released mode from its
+  expansion point, in whitened units, against the bar :func:`far_from_expansion` set for it
+  (the larger of ``FAR_DISTANCE sqrt(d)`` and ``FAR_NOISE`` times the ``G`` noise's move),
+  and the move's chi-square statistic against the ``G`` noise's own covariance (d degrees of
+  freedom where the move is the noise alone; ``warmstart.taylor.far_test``);
+  and ``|u(chains)|``, the chains' posterior mean in whitened units from the last expansion
+  point (where the residual bound ``r max(|u|, |u'|, 1)^k |u' - u|`` is paid).
+
+The models outside the suite (``gamma``, ``probit``, ``negbin`` of
+``scripts/taylor_forecast_check.py``, data set ``index`` of its seeds) run the same way, with
+NUTS (1000 draws, 2 chains) as their reference.
+
 The counts are read from the simulated data (a diagnosis, not a release). The privacy noise
 is fresh in every run (``pp.sample`` draws it from the OS), so a data set's run here is not
 the suite's run of it. Run ``python
@@ -44,8 +56,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import model_suite as ms  # noqa: E402
+import taylor_forecast_check as unseen  # noqa: E402
 
 import pymc_penalty as pp  # noqa: E402
 from pymc_penalty.model.likelihood import RowControl  # noqa: E402
@@ -96,6 +110,33 @@ def _sd_distances(model, flat: dict[str, np.ndarray], ref: dict[str, np.ndarray]
     return out
 
 
+def _nuts_unseen(model, seed: int) -> dict[str, np.ndarray]:
+    """NUTS on a model outside the suite (1000 draws, 2 chains): each free variable's draws,
+    flattened over chains."""
+    import pymc as pm
+
+    with model:
+        post = pm.sample(
+            1000, chains=2, cores=1, progressbar=False, random_seed=seed,
+            compute_convergence_checks=False,
+        ).posterior  # fmt: skip
+    return {v: post[v].values.reshape(-1, *post[v].shape[2:]) for v in post.data_vars}
+
+
+def _chains_mean(model, idata) -> np.ndarray:
+    """The chains' posterior mean (the tilted chains where the Taylor path keeps them), as the
+    mean of their draws mapped to the model's raveled value vector (each free variable's
+    transform forward)."""
+    from pymc_penalty.results.noise_aware import _forward_fn
+
+    post = idata.get("posterior_tilted", idata.posterior)
+    fn, _ = _forward_fn(model)
+    draws = [post[rv.name].values.reshape(-1, *post[rv.name].shape[2:]) for rv in model.free_RVs]
+    values = fn(*draws)
+    flat = np.concatenate([np.reshape(v, (v.shape[0], -1)) for v in values], axis=1)
+    return flat.mean(0)
+
+
 def run(
     model_name: str, eps: float, index: int, n: int, nuts: bool = False, seeded: bool = False
 ) -> dict:
@@ -119,10 +160,12 @@ def run(
         seen["u_mode"] = float(np.linalg.norm(taylor.whiten(taylor.point)))
         seen["expansion"] = np.array(taylor.t, dtype=np.float64)
         seen["mode"] = np.array(taylor.point, dtype=np.float64)
+        seen["whiten"] = taylor.whiten
         return limit(taylor, likelihood_mu, relation, noise_sd)
 
-    def keep_far(model, covariance):  # before each later stage, on the model so far
-        seen.setdefault("far", []).append(far(model, covariance))
+    def keep_far(model, covariance, noise=None):  # before each later stage, on the model so far
+        seen.setdefault("far", []).append(far(model, covariance, noise))
+        seen.setdefault("far_move", []).append(wt.far_test(model, covariance, noise))
         seen.setdefault("warm", np.array(model.t, dtype=np.float64))  # the first's expansion
         seen.setdefault("first_mode", np.array(model.point, dtype=np.float64))
         return seen["far"][-1]
@@ -130,8 +173,11 @@ def run(
     tt.RowTaylorTerms.residual_counts, st.noise_limited_clip = keep_rows, keep_limit
     wt.far_from_expansion = keep_far
     try:
-        ds = ms.make_dataset(model_name, n, index)
-        model = ms.build_model(ds)
+        if model_name in unseen.MODELS:
+            model = unseen.build(model_name, n, index)
+        else:
+            ds = ms.make_dataset(model_name, n, index)
+            model = ms.build_model(ds)
         extra = {}
         if seeded:
             extra["step_kwargs"] = {"privacy": pp.PrivacyPolicy(reproducible_noise=True)}
@@ -145,9 +191,14 @@ def run(
     over = seen["clipped"] > seen["limit"]
     distances = {}
     if nuts:
-        ref, _, _ = ms.run_nuts(ds, 1000 * index + 7, False)
+        if model_name in unseen.MODELS:
+            ref = _nuts_unseen(model, 1000 * index + 7)
+        else:
+            ref, _, _ = ms.run_nuts(ds, 1000 * index + 7, False)
         points = {k: seen[k] for k in ("warm", "first_mode", "expansion", "mode") if k in seen}
+        points["chains"] = _chains_mean(model, idata)
         distances = _sd_distances(model, points, ref)
+        distances["u_chains"] = float(np.linalg.norm(seen["whiten"](points["chains"])))
     return {
         "distances": distances,
         "r_over_limit": seen["r"] / seen["limit"],
@@ -157,6 +208,7 @@ def run(
         "over_and_cut": int((over & seen["cut"]).sum()),
         "u_mode": seen["u_mode"],
         "far": list(seen.get("far", [])),
+        "far_move": list(seen.get("far_move", [])),
         "ess": float(idata.attrs["dp_ess_bulk_min"]),
         "verdict": str(idata.attrs["dp_convergence"]),
     }
@@ -164,7 +216,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="linear", choices=ms.MODELS)
+    parser.add_argument("--model", default="linear", choices=ms.MODELS + unseen.MODELS)
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--datasets", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--n", type=float, default=1e4)
@@ -189,8 +241,15 @@ def main(argv: list[str] | None = None) -> int:
                 "re-expanded" if f else "combined" for f in r["far"]
             )
             far = "".join(
-                f", {k} {rms:.2f}/{top:.2f} sd" for k, (rms, top) in r["distances"].items()
+                f", {k} {v[0]:.2f}/{v[1]:.2f} sd"
+                for k, v in r["distances"].items()
+                if k != "u_chains"
             )
+            if "u_chains" in r["distances"]:
+                moves = "/".join(
+                    f"{f.move:.1f} (bar {f.reach:.1f}, chi2 {f.chi2:.0f})" for f in r["far_move"]
+                )
+                far += f", far test {moves}, |u(chains)| {r['distances']['u_chains']:.2f}"
             print(
                 f"{args.model} eps {args.eps:g} data set {index}: r / limit "
                 f"{r['r_over_limit']:.2f}, rows > limit {r['over']} (unclipped model "

@@ -288,3 +288,41 @@ def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
     assert far_from_expansion(with_sd(2.0 * noise_move), cov, noise=0.4 * wt.FAR_NOISE)
     monkeypatch.setattr(wt, "FAR_NOISE", 0.0)
     assert far_from_expansion(with_sd(2.0 * noise_move), cov)
+
+
+def test_far_test_figures_are_the_decisions_and_the_noise_chi_square() -> None:
+    """far_test's figures, against their closed forms on a released model moved 5 whitened
+    units per coordinate (d = 6) with a diagonal released covariance ``C``: the move
+    ``5 sqrt 6``; the reach, ``FAR_NOISE sd_G sqrt(tr C^2)``; the chi-square
+    ``sum (v_j / c_j)^2 / sd_G^2``; the eigenvalues; and ``far`` is far_from_expansion's
+    decision: not far (the move is within the noise's reach and every variance ratio within
+    ``FAR_SCALE^2 = 4``), while the same model with one variance ratio 4.5 is far (the scale
+    rule, whatever the move)."""
+    from pymc_penalty.warmstart import taylor as wt
+
+    n = 1000
+    model = _groups(n)
+    target = prepare_warm_start(model)
+    warm = _warm(model, np.zeros(6), np.eye(6) * 0.01, n)
+    stage = taylor_oneshot(
+        target, warm, mu=1.0, ledger=_Unlimited(), noise_rng=np.random.default_rng(0),
+        residual=False,
+    )  # fmt: skip
+    c = np.array([0.5, 1.0, 1.0, 2.0, 3.0, 3.9])
+    sd_g = 2.0
+    moved = dataclasses.replace(  # C = diag(c) in the expansion's metric (sd 0.1)
+        stage,
+        point=warm.point + 0.1 * 5.0,
+        covariance=np.diag(0.01 * c),
+        release=stage.release._replace(sd_G=sd_g),
+    )
+    figures = wt.far_test(moved, warm.covariance)
+    assert figures.move == pytest.approx(5.0 * math.sqrt(6))
+    assert figures.reach == pytest.approx(
+        max(wt.FAR_DISTANCE * math.sqrt(6), wt.FAR_NOISE * sd_g * math.sqrt(np.sum(c**2)))
+    )
+    assert figures.chi2 == pytest.approx(np.sum((5.0 / c) ** 2) / sd_g**2)
+    assert (figures.scale_min, figures.scale_max) == pytest.approx((0.5, 3.9))
+    assert figures.far == far_from_expansion(moved, warm.covariance) is False
+    wide = dataclasses.replace(moved, covariance=np.diag(0.01 * np.append(c[:-1], 4.5)))
+    assert wt.far_test(wide, warm.covariance).far and far_from_expansion(wide, warm.covariance)

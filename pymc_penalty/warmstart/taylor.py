@@ -41,7 +41,9 @@ __all__ = [
     "TAYLOR_FIRST_STAGE",
     "TAYLOR_LATER_STAGES",
     "balance_rows",
+    "FarTest",
     "far_from_expansion",
+    "far_test",
     "TAYLOR_TUNE",
     "stage_edges",
     "taylor_moves_per_draw",
@@ -323,6 +325,60 @@ def _released_mode(release: tl.TaylorRelease, prior: Any, t, L_full, embed, orde
     return t + L_full @ v, 0.5 * (cov + cov.T)
 
 
+@dataclasses.dataclass(frozen=True)
+class FarTest:
+    """:func:`far_from_expansion`'s figures (public values).
+
+    Attributes
+    ----------
+    move : float
+        The released mode's distance from the expansion point, in whitened units.
+    reach : float
+        The move beyond which it is far: the larger of :data:`FAR_DISTANCE` ``sqrt(d)`` and
+        the bar times the move the stage's ``G`` noise alone gives.
+    chi2 : float
+        ``|C^-1 v|^2 / sd_G^2`` (``v`` the move, ``C`` the released covariance, both
+        whitened): chi-square with ``d`` degrees of freedom where the move is the ``G``
+        noise alone (a diagnosis; the decision does not read it).
+    scale_min, scale_max : float
+        The released covariance's smallest and largest eigenvalue in the expansion's metric.
+    """
+
+    move: float
+    reach: float
+    chi2: float
+    scale_min: float
+    scale_max: float
+
+    @property
+    def far(self) -> bool:
+        """The decision: a move beyond ``reach`` or a released sd along some direction
+        outside :data:`FAR_SCALE` times the expansion's."""
+        return (
+            self.move > self.reach
+            or self.scale_min < FAR_SCALE**-2
+            or self.scale_max > FAR_SCALE**2
+        )
+
+
+def far_test(model: TaylorModel, covariance: np.ndarray, noise: float | None = None) -> FarTest:
+    """The figures :func:`far_from_expansion` decides on (its arguments)."""
+    L_full = np.linalg.cholesky(np.asarray(covariance, dtype=np.float64))
+    v = np.linalg.solve(L_full, np.asarray(model.point, np.float64) - np.asarray(model.t))
+    inner = np.linalg.solve(L_full, np.linalg.solve(L_full, model.covariance).T)
+    inner = 0.5 * (inner + inner.T)
+    # The move the G noise alone gives the mode, about sd_G^2 tr(C^2) in squared norm: a
+    # move within ``noise`` times it is not evidence that the expansion was far.
+    sd_g = float(model.release.sd_G)
+    noise_move = sd_g * math.sqrt(float(np.sum(inner * inner)))
+    noise = FAR_NOISE if noise is None else float(noise)
+    reach = max(FAR_DISTANCE * math.sqrt(v.size), noise * noise_move)
+    z = np.linalg.solve(inner, v)
+    chi2 = float(z @ z) / sd_g**2 if sd_g > 0 else math.inf
+    lam = np.linalg.eigvalsh(inner)
+    return FarTest(float(np.linalg.norm(v)), reach, chi2, float(lam.min()), float(lam.max()))
+
+
 def far_from_expansion(
     model: TaylorModel, covariance: np.ndarray, noise: float | None = None
 ) -> bool:
@@ -330,20 +386,9 @@ def far_from_expansion(
     metric (``covariance``, the one it whitened with): the mode more than
     :data:`FAR_DISTANCE` whitened units per coordinate (RMS) away and more than ``noise``
     (default :data:`FAR_NOISE`) times the move its ``G`` noise alone gives, or a released sd
-    along some direction outside :data:`FAR_SCALE` times the expansion's. Public values only."""
-    L_full = np.linalg.cholesky(np.asarray(covariance, dtype=np.float64))
-    v = np.linalg.solve(L_full, np.asarray(model.point, np.float64) - np.asarray(model.t))
-    inner = np.linalg.solve(L_full, np.linalg.solve(L_full, model.covariance).T)
-    inner = 0.5 * (inner + inner.T)
-    # The move the G noise alone gives the mode, about sd_G^2 tr(C^2) in squared norm: a
-    # move within ``noise`` times it is not evidence that the expansion was far.
-    noise_move = float(model.release.sd_G) * math.sqrt(float(np.sum(inner * inner)))
-    noise = FAR_NOISE if noise is None else float(noise)
-    reach = max(FAR_DISTANCE * math.sqrt(v.size), noise * noise_move)
-    if float(np.linalg.norm(v)) > reach:
-        return True
-    lam = np.linalg.eigvalsh(inner)
-    return bool(lam.min() < FAR_SCALE**-2 or lam.max() > FAR_SCALE**2)
+    along some direction outside :data:`FAR_SCALE` times the expansion's
+    (:func:`far_test`'s figures). Public values only."""
+    return far_test(model, covariance, noise).far
 
 
 def staged_oneshot(
