@@ -19,7 +19,8 @@ before the staged one-shot) or in two stages (``pp_sample_two_stage``:
 ``benchmarks/results/card_unseen_three_eps1.txt``, written before the change, ``pp_sample``
 is two stages and ``pp_sample_three`` three), or with the independent moves used up to a
 median noise sd of 3 (``pp_sample_share3``: ``sampling.taylor._SHARE_MAX_NOISE_SD = 3``;
-default 2), one core. With ``--seeded-noise`` the
+default 2), or a first-order Taylor model (``pp_sample_first_order``:
+``warmstart.taylor.MAX_SECOND_ORDER_DIM = 1``; default 12), one core. With ``--seeded-noise`` the
 ``pp_sample`` ways draw their privacy noise from the run's index (not private; paired
 comparisons). Printed per run:
 the report's verdict and method, the RMS over parameters of the mean's error in NUTS sd, and
@@ -47,7 +48,14 @@ from pymc_penalty.sampling import taylor as st
 from pymc_penalty.warmstart import taylor as wt
 
 MODELS = ("gamma", "probit", "negbin")
-WAYS = ("pp_sample", "card", "pp_sample_one_stage", "pp_sample_two_stage", "pp_sample_share3")
+WAYS = (
+    "pp_sample",
+    "card",
+    "pp_sample_one_stage",
+    "pp_sample_two_stage",
+    "pp_sample_share3",
+    "pp_sample_first_order",
+)
 
 
 def build(name: str, n: int) -> pm.Model:
@@ -120,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                             idata = pp.sample(progressbar=False, **kw)
                     elif way == "pp_sample_two_stage":
                         with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 1):
+                            idata = pp.sample(progressbar=False, **kw)
+                    elif way == "pp_sample_first_order":
+                        with mock.patch.object(wt, "MAX_SECOND_ORDER_DIM", 1):
                             idata = pp.sample(progressbar=False, **kw)
                     elif way == "pp_sample_share3":
                         with mock.patch.object(st, "_SHARE_MAX_NOISE_SD", 3.0):

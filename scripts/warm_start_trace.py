@@ -1,0 +1,209 @@
+"""The private warm start's iterates against the exact mode (a diagnosis; not private).
+
+For a model of ``scripts/taylor_forecast_check.py`` (``gamma``, ``probit``, ``negbin``) or of
+``benchmarks/model_suite.py`` and a data set, this runs
+:func:`pymc_penalty.warmstart.private_warm_start` with a ledger that grants everything and
+seeded noise (``--seeds``) at ``--mu``, and prints, per Fisher-scoring step (the points its
+log prior is evaluated at, one per step):
+
+- ``dist``: the iterate's distance from the exact mode (``pm.find_MAP``) in the exact
+  posterior's sds (the log posterior's Hessian at the mode; RMS over coordinates);
+- ``corr``: the largest correlation, in the exact posterior's whitening, of the rows' score
+  covariance at the iterate (the spread the warm start's metric estimates, from the exact
+  per-row gradients) and, after the slash, of the exact log posterior's Hessian there (what
+  a Newton step would use); at the mode both are about the identity;
+- ``cos``: the cosine between the move to the next iterate and the exact log posterior's
+  gradient at this one, in the exact posterior's whitening (negative: the move went
+  downhill on the model's own posterior; a step that overshot is taken back in part, so a
+  move is not always the step as proposed).
+
+Then the warm start's point (``dist``), its clip history, and the exact gradient's whitened
+norm at its point (0 at the mode). With ``--newton``, first the exact, noise-free Newton
+method with a backtracking line search from the same start (the model's initial point),
+for comparison: its distance after each step. The exact values read the data: a diagnosis, not a
+release.
+
+Run ``python scripts/warm_start_trace.py --model gamma --datasets 1 --mu 0.22 100``
+(``--quiet``: the warm start's line only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pymc as pm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import model_suite as ms  # noqa: E402
+import taylor_forecast_check as unseen  # noqa: E402
+
+import pymc_penalty.warmstart as ws  # noqa: E402
+
+
+class _Unlimited:
+    """A ledger that grants every spend (non-private diagnosis)."""
+
+    def try_spend(self, mu2: float) -> bool:
+        return True
+
+
+def build(name: str, n: int, index: int) -> pm.Model:
+    """A model outside the suite (``taylor_forecast_check``) or one of the suite's."""
+    if name in unseen.MODELS:
+        return unseen.build(name, n, index)
+    return ms.build_model(ms.make_dataset(name, n, index))
+
+
+def exact_mode(model: pm.Model) -> tuple[np.ndarray, np.ndarray, object]:
+    """The exact mode on the raveled value space, the Cholesky factor of the Laplace
+    covariance there, and the compiled log posterior gradient (reads the data)."""
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mode = pm.find_MAP(progressbar=False, include_transformed=True)
+    x = pm.blocking.DictToArrayBijection.map({v.name: mode[v.name] for v in model.value_vars})
+    x = np.asarray(x.data, dtype=np.float64)
+    hess = model.compile_d2logp(jacobian=True, negate_output=False)
+    dlogp = model.compile_dlogp(jacobian=True)
+    info = pm.blocking.DictToArrayBijection.map(model.initial_point()).point_map_info
+
+    def point(z: np.ndarray) -> dict:
+        return pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(z, info))
+
+    precision = -np.asarray(hess(point(x)), dtype=np.float64)  # d2logp is the Hessian
+    cov = np.linalg.inv(0.5 * (precision + precision.T))
+    chol = np.linalg.cholesky(0.5 * (cov + cov.T))
+    return x, chol, lambda z: np.asarray(dlogp(point(z)), dtype=np.float64)
+
+
+def _largest_correlation(m: np.ndarray) -> float:
+    """The largest absolute off-diagonal correlation of a symmetric matrix."""
+    s = np.sqrt(np.abs(np.diag(m)))
+    c = np.abs(m / np.outer(s, s))
+    np.fill_diagonal(c, 0.0)
+    return float(c.max()) if c.size > 1 else 0.0
+
+
+def metrics(model: pm.Model, chol: np.ndarray):
+    """``(score covariance, Hessian)`` largest correlations at a point, in the whitening
+    ``chol`` (exact per-row gradients: reads the data)."""
+    target = ws.prepare_warm_start(model)
+    hess = model.compile_d2logp(jacobian=True, negate_output=False)
+    info = pm.blocking.DictToArrayBijection.map(model.initial_point()).point_map_info
+
+    def at(x: np.ndarray) -> tuple[float, float]:
+        rows = ws.per_datapoint_gradients(target.likelihood, x, target.n) @ chol
+        spread = np.cov(rows, rowvar=False)
+        point = pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(x, info))
+        h = chol.T @ np.asarray(hess(point), dtype=np.float64) @ chol
+        return _largest_correlation(spread), _largest_correlation(h)
+
+    return at
+
+
+def exact_newton(model: pm.Model, steps: int = 15) -> list[np.ndarray]:
+    """Exact Newton steps on the log posterior from the model's initial point, each halved
+    until the log posterior does not fall (at most 14 times): the iterates (reads the
+    data)."""
+    hess = model.compile_d2logp(jacobian=True, negate_output=False)
+    grad = model.compile_dlogp(jacobian=True)
+    logp = model.compile_logp(jacobian=True)
+    start = pm.blocking.DictToArrayBijection.map(model.initial_point())
+    info = start.point_map_info
+
+    def point(z: np.ndarray) -> dict:
+        return pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(z, info))
+
+    x = np.asarray(start.data, dtype=np.float64)
+    out = [x]
+    for _ in range(steps):
+        step = -np.linalg.solve(np.asarray(hess(point(x))), np.asarray(grad(point(x))))
+        t = 1.0
+        for _ in range(14):
+            if logp(point(x + t * step)) >= logp(point(x)):
+                break
+            t *= 0.5
+        x = x + t * step
+        out.append(x)
+    return out
+
+
+def trace(model: pm.Model, mu: float, seed: int, steps: int | None) -> tuple[list, object]:
+    """The iterates of one warm start (the points its log prior was evaluated at) and its
+    result."""
+    seen: list[np.ndarray] = []
+    call = ws.LogPrior.__call__
+
+    def keep(self, x):
+        seen.append(np.array(x, dtype=np.float64))
+        return call(self, x)
+
+    kw = {} if steps is None else {"steps": steps}
+    with mock.patch.object(ws.LogPrior, "__call__", keep):
+        warm = ws.private_warm_start(
+            model, mu=mu, ledger=_Unlimited(), noise_rng=np.random.default_rng(seed), **kw
+        )
+    return seen, warm
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="gamma", choices=ms.MODELS + unseen.MODELS)
+    parser.add_argument("--datasets", type=int, nargs="+", default=[1])
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--mu", type=float, nargs="+", default=[0.22, 100.0])
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=None, help="default: the package's")
+    parser.add_argument("--quiet", action="store_true", help="only the warm start's line")
+    parser.add_argument("--newton", action="store_true", help="exact Newton for comparison")
+    args = parser.parse_args(argv)
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    for index in args.datasets:
+        run(args, index)
+    return 0
+
+
+def run(args: argparse.Namespace, index: int) -> None:
+    """One data set's traces (``main``'s arguments)."""
+    model = build(args.model, args.n, index)
+    mode, chol, grad = exact_mode(model)
+    corr = metrics(model, chol)
+
+    def dist(x: np.ndarray) -> float:
+        z = np.linalg.solve(chol, x - mode)
+        return float(np.sqrt(np.mean(z**2)))
+
+    print(f"# {args.model} data set {index}, n = {args.n}: exact mode {np.round(mode, 3)}")
+    if args.newton:
+        path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(model))
+        print(f"exact Newton with line search, dist per step (sd): {path}")
+    for mu in args.mu:
+        for seed in range(args.seeds):
+            seen, warm = trace(model, mu, seed, args.steps)
+            print(f"mu {mu:g} seed {seed}:")
+            for k, x in enumerate([] if args.quiet else seen):
+                spread, curvature = corr(x)
+                line = f"  step {k:2d} dist {dist(x):9.2f} sd, corr {spread:.2f}/{curvature:.2f}"
+                if k + 1 < len(seen):
+                    step = np.linalg.solve(chol, seen[k + 1] - x)  # in the posterior's whitening
+                    g = chol.T @ grad(x)
+                    cos = float(step @ g / (np.linalg.norm(step) * np.linalg.norm(g) + 1e-300))
+                    line += f", cos {cos:+.2f}"
+                print(line)
+            g_end = float(np.linalg.norm(chol.T @ grad(warm.point)))
+            print(
+                f"  warm start: dist {dist(warm.point):.2f} sd, clips "
+                f"{[round(c, 1) for c in warm.clip_history]}, |whitened gradient| {g_end:.3g}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
