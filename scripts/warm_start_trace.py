@@ -11,7 +11,8 @@ log prior is evaluated at, one per step):
 - ``corr``: the largest correlation, in the exact posterior's whitening, of the rows' score
   covariance at the iterate (the spread the warm start's metric estimates, from the exact
   per-row gradients) and, after the slash, of the exact log posterior's Hessian there (what
-  a Newton step would use); at the mode both are about the identity;
+  a Newton step would use; with the absolute values of its diagonal, so a figure above 1
+  says the Hessian is not negative definite there); at the mode both are about 0;
 - ``cos``: the cosine between the move to the next iterate and the exact log posterior's
   gradient at this one, in the exact posterior's whitening (negative: the move went
   downhill on the model's own posterior; a step that overshot is taken back in part, so a
