@@ -25,12 +25,15 @@ for comparison: its distance after each step. The exact values read the data: a 
 release.
 
 Run ``python scripts/warm_start_trace.py --model gamma --datasets 1 --mu 0.22 100``
-(``--quiet``: the warm start's line only).
+(``--quiet``: the warm start's line only; ``--damping L [L ...]``: the warm start's steps
+damped, ``warmstart.scoring.DAMPING``, each value on the same data sets and seeds). Last, one
+``SUMMARY`` line per budget and damping: the median, RMS and largest distance.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
 import warnings
@@ -47,6 +50,7 @@ import model_suite as ms  # noqa: E402
 import taylor_forecast_check as unseen  # noqa: E402
 
 import pymc_penalty.warmstart as ws  # noqa: E402
+from pymc_penalty.warmstart import scoring  # noqa: E402
 
 
 class _Unlimited:
@@ -164,15 +168,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="default: the package's")
     parser.add_argument("--quiet", action="store_true", help="only the warm start's line")
     parser.add_argument("--newton", action="store_true", help="exact Newton for comparison")
+    parser.add_argument(
+        "--damping",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="Levenberg-Marquardt damping of the warm start's steps (warmstart.scoring.DAMPING;"
+        " default 0, the package's)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
+    found: dict[tuple[float, float], list[float]] = {}
     for index in args.datasets:
-        run(args, index)
+        for key, dists in run(args, index).items():
+            found.setdefault(key, []).extend(dists)
+    for (mu, damping), dists in found.items():
+        d = np.asarray(dists)
+        print(
+            f"SUMMARY {args.model} mu {mu:g} damping {damping:g}: {d.size} warm starts, "
+            f"distance from the mode (sd) median {np.median(d):.2f}, RMS "
+            f"{np.sqrt(np.mean(d**2)):.2f}, largest {d.max():.2f}"
+        )
     return 0
 
 
-def run(args: argparse.Namespace, index: int) -> None:
-    """One data set's traces (``main``'s arguments)."""
+def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[float]]:
+    """One data set's traces (``main``'s arguments): the warm starts' distances from the
+    exact mode by ``(mu, damping)``."""
     model = build(args.model, args.n, index)
     mode, chol, grad = exact_mode(model)
     corr = metrics(model, chol)
@@ -185,25 +207,28 @@ def run(args: argparse.Namespace, index: int) -> None:
     if args.newton:
         path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(model))
         print(f"exact Newton with line search, dist per step (sd): {path}")
-    for mu in args.mu:
-        for seed in range(args.seeds):
+    found: dict[tuple[float, float], list[float]] = {}
+    for mu, damping, seed in itertools.product(args.mu, args.damping, range(args.seeds)):
+        with mock.patch.object(scoring, "DAMPING", damping):
             seen, warm = trace(model, mu, seed, args.steps)
-            print(f"mu {mu:g} seed {seed}:")
-            for k, x in enumerate([] if args.quiet else seen):
-                spread, curvature = corr(x)
-                line = f"  step {k:2d} dist {dist(x):9.2f} sd, corr {spread:.2f}/{curvature:.2f}"
-                if k + 1 < len(seen):
-                    step = np.linalg.solve(chol, seen[k + 1] - x)  # in the posterior's whitening
-                    g = chol.T @ grad(x)
-                    cos = float(step @ g / (np.linalg.norm(step) * np.linalg.norm(g) + 1e-300))
-                    line += f", cos {cos:+.2f}"
-                print(line)
-            g_end = float(np.linalg.norm(chol.T @ grad(warm.point)))
-            print(
-                f"  warm start: dist {dist(warm.point):.2f} sd, clips "
-                f"{[round(c, 1) for c in warm.clip_history]}, |whitened gradient| {g_end:.3g}",
-                flush=True,
-            )
+        print(f"mu {mu:g} damping {damping:g} seed {seed}:")
+        for k, x in enumerate([] if args.quiet else seen):
+            spread, curvature = corr(x)
+            line = f"  step {k:2d} dist {dist(x):9.2f} sd, corr {spread:.2f}/{curvature:.2f}"
+            if k + 1 < len(seen):
+                step = np.linalg.solve(chol, seen[k + 1] - x)  # in the posterior's whitening
+                g = chol.T @ grad(x)
+                cos = float(step @ g / (np.linalg.norm(step) * np.linalg.norm(g) + 1e-300))
+                line += f", cos {cos:+.2f}"
+            print(line)
+        g_end = float(np.linalg.norm(chol.T @ grad(warm.point)))
+        found.setdefault((mu, damping), []).append(dist(warm.point))
+        print(
+            f"  warm start: dist {dist(warm.point):.2f} sd, clips "
+            f"{[round(c, 1) for c in warm.clip_history]}, |whitened gradient| {g_end:.3g}",
+            flush=True,
+        )
+    return found
 
 
 if __name__ == "__main__":

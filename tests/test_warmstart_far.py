@@ -145,3 +145,25 @@ def test_the_near_check_can_fail(monkeypatch):
                 )
             points[steps, seed] = ws.point.tobytes()
     assert any(points[2, seed] != points[math.inf, seed] for seed in range(4))
+
+
+def test_damping_hook_is_off_by_default_and_damps_when_set(monkeypatch):
+    """``scoring.DAMPING`` (a comparison hook, read at the call): 1 halves a one-parameter
+    model's Fisher steps, so from 13 (1410 posterior sds) the seeded run differs from the
+    default's (0, the Fisher step itself), yet both land within a few posterior sds with the
+    same releases and spend. (That 0 leaves every output unchanged is what the recorded-value
+    tests of the warm start check.)"""
+    model, mode, sd = _normal_mean(13.0)
+    out = {}
+    for damping in (0.0, 1.0):
+        monkeypatch.setattr(scoring, "DAMPING", damping)
+        ledger = PrivacyLedger(1.001 * MU)
+        with model:
+            ws = private_warm_start(
+                mu=MU, ledger=ledger, noise_rng=np.random.default_rng(3),
+            )  # fmt: skip
+        out[damping] = (ws.point.copy(), ws.mu, ws.releases)
+    assert out[0.0][1:] == out[1.0][1:]  # the same releases and spend
+    assert out[0.0][0][0] != out[1.0][0][0]  # the hook is live
+    assert abs(out[1.0][0][0] - mode) / sd < 10.0
+    assert abs(out[0.0][0][0] - mode) / sd < 10.0

@@ -164,6 +164,14 @@ _RADIUS_MAX = 8.0
 #: noise-free): 1 (no split) gave RMS 11.7 / 11.7 / 6.8, 2 gave 1.7 / 1.6 / 0.49, 3 gave 3.8 /
 #: 2.0 / 0.44.
 _CAPPED_SPLIT = 2
+
+#: Levenberg-Marquardt damping of each Fisher step, ``(P + lambda diag(P))^-1 ascent``
+#: (read at the call). 0, the default, takes the Fisher step itself. A comparison hook: on a
+#: Gamma regression whose warm start ends 103-191 posterior sds from the mode (the rows'
+#: score covariance nearly singular there, the moves nearly across the slope), 1 brought it
+#: to 0.06 sds at ``mu = 100`` but only to 52 at ``mu = 0.22`` (``python
+#: scripts/warm_start_trace.py --damping 1``; docs/benchmarks.md, seventh session).
+DAMPING = 0.0
 #: The next metric is released as a pilot's (scale-free, in the last metric) only when the
 #: capped step was more than this many times :data:`_SCALE_STEP`: a step a little over the cap
 #: is a metric that is right but far from the mode (a Poisson log rate from 2 for 40: its
@@ -602,7 +610,10 @@ def fisher_scoring(
             chol = new_chol
             repilot = split = False
             precision = n_hat * fisher + _prior_precision(prior_hess)
-            step = stretch * np.linalg.solve(precision, ascent)
+            damped = precision
+            if DAMPING > 0.0:  # a comparison hook (default off: the Fisher step itself)
+                damped = precision + DAMPING * np.diag(np.diag(precision))
+            step = stretch * np.linalg.solve(damped, ascent)
             # A transformed coordinate moving more than _SCALE_STEP: the metric is not to be
             # trusted that far (a scale far from the mode). Scale the step down as a whole, and
             # (over twice the bound) release the next metric as the first one, scale-free.
