@@ -169,8 +169,9 @@ _CAPPED_SPLIT = 2
 #: (read at the call). 0, the default, takes the Fisher step itself. A comparison hook: on a
 #: Gamma regression whose warm start ends 103-191 posterior sds from the mode (the rows'
 #: score covariance nearly singular there, the moves nearly across the slope), 1 brought it
-#: to 0.06 sds at ``mu = 100`` but only to 52 at ``mu = 0.22`` (``python
-#: scripts/warm_start_trace.py --damping 1``; docs/benchmarks.md, seventh session).
+#: to 0.06 sds at ``mu = 100`` but only to 52 at ``mu = 0.22``
+#: (``benchmarks/results/warm_start_trace_gamma1_damping.txt``); over 8 models it is mixed
+#: (``benchmarks/results/warm_start_trace_damping.txt``; docs/benchmarks.md, seventh session).
 DAMPING = 0.0
 #: The next metric is released as a pilot's (scale-free, in the last metric) only when the
 #: capped step was more than this many times :data:`_SCALE_STEP`: a step a little over the cap
