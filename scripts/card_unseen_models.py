@@ -56,6 +56,13 @@ WAYS = (
     "pp_sample_share3",
     "pp_sample_first_order",
 )
+#: The ``pp_sample`` variants: the module constant each one patches, and its value.
+PATCHES = {
+    "pp_sample_one_stage": (budgeted, "TAYLOR_FIRST_STAGE", 1.0),
+    "pp_sample_two_stage": (wt, "TAYLOR_LATER_STAGES", 1),
+    "pp_sample_share3": (st, "_SHARE_MAX_NOISE_SD", 3.0),
+    "pp_sample_first_order": (wt, "MAX_SECOND_ORDER_DIM", 1),
+}
 
 
 def build(name: str, n: int) -> pm.Model:
@@ -121,20 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                             random_seed=run,
                             step_kwargs={"privacy": pp.PrivacyPolicy(reproducible_noise=True)},
                         )
-                    if way == "pp_sample":
+                    if way in PATCHES:
+                        with mock.patch.object(*PATCHES[way]):
+                            idata = pp.sample(progressbar=False, **kw)
+                    elif way == "pp_sample":
                         idata = pp.sample(progressbar=False, **kw)
-                    elif way == "pp_sample_one_stage":
-                        with mock.patch.object(budgeted, "TAYLOR_FIRST_STAGE", 1.0):
-                            idata = pp.sample(progressbar=False, **kw)
-                    elif way == "pp_sample_two_stage":
-                        with mock.patch.object(wt, "TAYLOR_LATER_STAGES", 1):
-                            idata = pp.sample(progressbar=False, **kw)
-                    elif way == "pp_sample_first_order":
-                        with mock.patch.object(wt, "MAX_SECOND_ORDER_DIM", 1):
-                            idata = pp.sample(progressbar=False, **kw)
-                    elif way == "pp_sample_share3":
-                        with mock.patch.object(st, "_SHARE_MAX_NOISE_SD", 3.0):
-                            idata = pp.sample(progressbar=False, **kw)
                     else:
                         step = pp.PenaltyMetropolis(epsilon=args.eps, delta=1e-5)
                         raw = pm.sample(step=step, cores=1, progressbar=False)

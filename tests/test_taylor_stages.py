@@ -260,14 +260,9 @@ def test_the_noise_floor_lets_the_independent_moves_run_on_group_intercepts() ->
     assert choice(old).share == 0.0
 
 
-def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
-    """far_from_expansion reads a move of the released mode as far only beyond FAR_NOISE
-    times the move its G noise alone gives (``sd_G sqrt(tr C^2)``, ``C`` the released
-    covariance in the expansion's metric): the same move of 5 whitened units per coordinate
-    is far with a small noise and not with a large one, and with FAR_NOISE = 0 both are
-    (the must-fail side)."""
-    from pymc_penalty.warmstart import taylor as wt
-
+def _stage_at_the_origin():
+    """A warm start at 0 with sd 0.1 on six group intercepts (1000 rows) and a seeded first
+    stage expanded there (no residual histogram): the far tests' fixture."""
     n = 1000
     model = _groups(n)
     target = prepare_warm_start(model)
@@ -276,6 +271,18 @@ def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
         target, warm, mu=1.0, ledger=_Unlimited(), noise_rng=np.random.default_rng(0),
         residual=False,
     )  # fmt: skip
+    return warm, stage
+
+
+def test_a_move_made_by_the_noise_alone_is_not_far(monkeypatch) -> None:
+    """far_from_expansion reads a move of the released mode as far only beyond FAR_NOISE
+    times the move its G noise alone gives (``sd_G sqrt(tr C^2)``, ``C`` the released
+    covariance in the expansion's metric): the same move of 5 whitened units per coordinate
+    is far with a small noise and not with a large one, and with FAR_NOISE = 0 both are
+    (the must-fail side)."""
+    from pymc_penalty.warmstart import taylor as wt
+
+    warm, stage = _stage_at_the_origin()
     cov = warm.covariance  # the released covariance is the expansion's: C = I
     moved = dataclasses.replace(stage, point=warm.point + 0.1 * 5.0, covariance=cov)
     noise_move = 5.0 * math.sqrt(6) / (wt.FAR_NOISE * math.sqrt(6))  # sd_G at the edge
@@ -300,14 +307,7 @@ def test_far_test_figures_are_the_decisions_and_the_noise_chi_square() -> None:
     rule, whatever the move)."""
     from pymc_penalty.warmstart import taylor as wt
 
-    n = 1000
-    model = _groups(n)
-    target = prepare_warm_start(model)
-    warm = _warm(model, np.zeros(6), np.eye(6) * 0.01, n)
-    stage = taylor_oneshot(
-        target, warm, mu=1.0, ledger=_Unlimited(), noise_rng=np.random.default_rng(0),
-        residual=False,
-    )  # fmt: skip
+    warm, stage = _stage_at_the_origin()
     c = np.array([0.5, 1.0, 1.0, 2.0, 3.0, 3.9])
     sd_g = 2.0
     moved = dataclasses.replace(  # C = diag(c) in the expansion's metric (sd 0.1)
