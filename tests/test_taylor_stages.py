@@ -304,7 +304,8 @@ def test_far_test_figures_are_the_decisions_and_the_noise_chi_square() -> None:
     ``sum (v_j / c_j)^2 / sd_G^2``; the eigenvalues; and ``far`` is far_from_expansion's
     decision: not far (the move is within the noise's reach and every variance ratio within
     ``FAR_SCALE^2 = 4``), while the same model with one variance ratio 4.5 is far (the scale
-    rule, whatever the move)."""
+    rule, whatever the move), and one with a variance ratio 0 is far with an infinite
+    chi-square, not an error."""
     from pymc_penalty.warmstart import taylor as wt
 
     warm, stage = _stage_at_the_origin()
@@ -326,3 +327,7 @@ def test_far_test_figures_are_the_decisions_and_the_noise_chi_square() -> None:
     assert figures.far == far_from_expansion(moved, warm.covariance) is False
     wide = dataclasses.replace(moved, covariance=np.diag(0.01 * np.append(c[:-1], 4.5)))
     assert wt.far_test(wide, warm.covariance).far and far_from_expansion(wide, warm.covariance)
+    # A degenerate released covariance: no error, the chi-square infinite, far by the scale rule.
+    flat = dataclasses.replace(moved, covariance=np.diag(0.01 * np.append(c[:-1], 0.0)))
+    figures = wt.far_test(flat, warm.covariance)
+    assert figures.chi2 == math.inf and figures.far

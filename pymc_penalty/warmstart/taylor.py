@@ -373,9 +373,13 @@ def far_test(model: TaylorModel, covariance: np.ndarray, noise: float | None = N
     noise_move = sd_g * math.sqrt(float(np.sum(inner * inner)))
     noise = FAR_NOISE if noise is None else float(noise)
     reach = max(FAR_DISTANCE * math.sqrt(v.size), noise * noise_move)
-    z = np.linalg.solve(inner, v)
-    chi2 = float(z @ z) / sd_g**2 if sd_g > 0 else math.inf
-    lam = np.linalg.eigvalsh(inner)
+    lam, vecs = np.linalg.eigh(inner)
+    # chi2 = |C^-1 v|^2 / sd_G^2 in C's eigenbasis (infinite where C or sd_G is degenerate: a
+    # diagnosis only, and the scale rule decides there)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        chi2 = float(np.sum((vecs.T @ v) ** 2 / lam**2)) / sd_g**2
+    if not (lam.min() > 0.0 and sd_g > 0.0 and math.isfinite(chi2)):
+        chi2 = math.inf
     return FarTest(float(np.linalg.norm(v)), reach, chi2, float(lam.min()), float(lam.max()))
 
 
