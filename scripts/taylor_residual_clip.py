@@ -114,13 +114,14 @@ def _nuts_unseen(model, seed: int) -> dict[str, np.ndarray]:
     """NUTS on a model outside the suite (1000 draws, 2 chains): each free variable's draws,
     flattened over chains."""
     import pymc as pm
+    from card_unseen_models import flat
 
     with model:
         post = pm.sample(
             1000, chains=2, cores=1, progressbar=False, random_seed=seed,
             compute_convergence_checks=False,
         ).posterior  # fmt: skip
-    return {v: post[v].values.reshape(-1, *post[v].shape[2:]) for v in post.data_vars}
+    return flat(post)
 
 
 def _chains_mean(model, idata) -> np.ndarray:

@@ -6,8 +6,9 @@ For a model of ``scripts/taylor_forecast_check.py`` (``gamma``, ``probit``, ``ne
 seeded noise (``--seeds``) at ``--mu``, and prints, per Fisher-scoring step (the points its
 log prior is evaluated at, one per step):
 
-- ``dist``: the iterate's distance from the exact mode (``pm.find_MAP``) in the exact
-  posterior's sds (the log posterior's Hessian at the mode; RMS over coordinates);
+- ``dist``: the iterate's distance from the exact mode in the exact posterior's sds (its
+  Laplace covariance at the mode, ``exact_laplace`` of
+  ``scripts/taylor_start_diagnostics.py``; RMS over coordinates);
 - ``corr``: the largest correlation, in the exact posterior's whitening, of the rows' score
   covariance at the iterate (the spread the warm start's metric estimates, from the exact
   per-row gradients) and, after the slash, of the exact log posterior's Hessian there (what
@@ -36,7 +37,6 @@ import argparse
 import itertools
 import logging
 import sys
-import warnings
 from pathlib import Path
 from unittest import mock
 
@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import model_suite as ms  # noqa: E402
 import taylor_forecast_check as unseen  # noqa: E402
+from taylor_start_diagnostics import exact_laplace  # noqa: E402
 
 import pymc_penalty.warmstart as ws  # noqa: E402
 from pymc_penalty.warmstart import scoring  # noqa: E402
@@ -67,25 +68,32 @@ def build(name: str, n: int, index: int) -> pm.Model:
     return ms.build_model(ms.make_dataset(name, n, index))
 
 
-def exact_mode(model: pm.Model) -> tuple[np.ndarray, np.ndarray, object]:
-    """The exact mode on the raveled value space, the Cholesky factor of the Laplace
-    covariance there, and the compiled log posterior gradient (reads the data)."""
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mode = pm.find_MAP(progressbar=False, include_transformed=True)
-    x = pm.blocking.DictToArrayBijection.map({v.name: mode[v.name] for v in model.value_vars})
-    x = np.asarray(x.data, dtype=np.float64)
-    hess = model.compile_d2logp(jacobian=True, negate_output=False)
-    dlogp = model.compile_dlogp(jacobian=True)
-    info = pm.blocking.DictToArrayBijection.map(model.initial_point()).point_map_info
+class Exact:
+    """A model's exact log posterior on the raveled value space (reads the data): its
+    compiled value, gradient and Hessian at a raveled point (``split_point`` on the warm
+    start's template), its exact mode and Laplace covariance (``exact_laplace`` of
+    ``scripts/taylor_start_diagnostics.py``) and that covariance's Cholesky factor."""
 
-    def point(z: np.ndarray) -> dict:
-        return pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(z, info))
+    def __init__(self, model: pm.Model) -> None:
+        self.target = ws.prepare_warm_start(model)
+        self.template = self.target.point
+        self.start = np.concatenate(
+            [np.ravel(self.template[v.name]) for v in self.target.value_vars]
+        ).astype(np.float64)
+        self._logp = model.compile_logp(jacobian=True)
+        self._dlogp = model.compile_dlogp(jacobian=True)
+        self._hess = model.compile_d2logp(jacobian=True, negate_output=False)
+        self.mode, cov = exact_laplace(model, self.template, self.start)
+        self.chol = np.linalg.cholesky(0.5 * (cov + cov.T))
 
-    precision = -np.asarray(hess(point(x)), dtype=np.float64)  # d2logp is the Hessian
-    cov = np.linalg.inv(0.5 * (precision + precision.T))
-    chol = np.linalg.cholesky(0.5 * (cov + cov.T))
-    return x, chol, lambda z: np.asarray(dlogp(point(z)), dtype=np.float64)
+    def logp(self, x: np.ndarray) -> float:
+        return float(self._logp(ws.split_point(x, self.template)))
+
+    def grad(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._dlogp(ws.split_point(x, self.template)), dtype=np.float64)
+
+    def hess(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._hess(ws.split_point(x, self.template)), dtype=np.float64)
 
 
 def _largest_correlation(m: np.ndarray) -> float:
@@ -96,43 +104,30 @@ def _largest_correlation(m: np.ndarray) -> float:
     return float(c.max()) if c.size > 1 else 0.0
 
 
-def metrics(model: pm.Model, chol: np.ndarray):
-    """``(score covariance, Hessian)`` largest correlations at a point, in the whitening
-    ``chol`` (exact per-row gradients: reads the data)."""
-    target = ws.prepare_warm_start(model)
-    hess = model.compile_d2logp(jacobian=True, negate_output=False)
-    info = pm.blocking.DictToArrayBijection.map(model.initial_point()).point_map_info
+def metrics(exact: Exact):
+    """``(score covariance, Hessian)`` largest correlations at a point, in the exact
+    posterior's whitening (exact per-row gradients: reads the data)."""
+    chol, target = exact.chol, exact.target
 
     def at(x: np.ndarray) -> tuple[float, float]:
         rows = ws.per_datapoint_gradients(target.likelihood, x, target.n) @ chol
         spread = np.cov(rows, rowvar=False)
-        point = pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(x, info))
-        h = chol.T @ np.asarray(hess(point), dtype=np.float64) @ chol
-        return _largest_correlation(spread), _largest_correlation(h)
+        return _largest_correlation(spread), _largest_correlation(chol.T @ exact.hess(x) @ chol)
 
     return at
 
 
-def exact_newton(model: pm.Model, steps: int = 15) -> list[np.ndarray]:
+def exact_newton(exact: Exact, steps: int = 15) -> list[np.ndarray]:
     """Exact Newton steps on the log posterior from the model's initial point, each halved
     until the log posterior does not fall (at most 14 times): the iterates (reads the
     data)."""
-    hess = model.compile_d2logp(jacobian=True, negate_output=False)
-    grad = model.compile_dlogp(jacobian=True)
-    logp = model.compile_logp(jacobian=True)
-    start = pm.blocking.DictToArrayBijection.map(model.initial_point())
-    info = start.point_map_info
-
-    def point(z: np.ndarray) -> dict:
-        return pm.blocking.DictToArrayBijection.rmap(pm.blocking.RaveledVars(z, info))
-
-    x = np.asarray(start.data, dtype=np.float64)
+    x = exact.start
     out = [x]
     for _ in range(steps):
-        step = -np.linalg.solve(np.asarray(hess(point(x))), np.asarray(grad(point(x))))
+        step = -np.linalg.solve(exact.hess(x), exact.grad(x))
         t = 1.0
         for _ in range(14):
-            if logp(point(x + t * step)) >= logp(point(x)):
+            if exact.logp(x + t * step) >= exact.logp(x):
                 break
             t *= 0.5
         x = x + t * step
@@ -196,8 +191,9 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[
     """One data set's traces (``main``'s arguments): the warm starts' distances from the
     exact mode by ``(mu, damping)``."""
     model = build(args.model, args.n, index)
-    mode, chol, grad = exact_mode(model)
-    corr = metrics(model, chol)
+    exact = Exact(model)
+    mode, chol, grad = exact.mode, exact.chol, exact.grad
+    corr = metrics(exact)
 
     def dist(x: np.ndarray) -> float:
         z = np.linalg.solve(chol, x - mode)
@@ -205,7 +201,7 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[
 
     print(f"# {args.model} data set {index}, n = {args.n}: exact mode {np.round(mode, 3)}")
     if args.newton:
-        path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(model))
+        path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(exact))
         print(f"exact Newton with line search, dist per step (sd): {path}")
     found: dict[tuple[float, float], list[float]] = {}
     for mu, damping, seed in itertools.product(args.mu, args.damping, range(args.seeds)):

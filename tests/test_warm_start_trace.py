@@ -42,12 +42,12 @@ def test_exact_mode_whitens_the_hessian_and_its_gradient_vanishes() -> None:
     identity, and the gradient is zero; at the model's initial point the gradient is not (the
     must-differ case)."""
     model, closed_form = _regression()
-    mode, chol, grad = wst.exact_mode(model)
+    exact = wst.Exact(model)
+    mode, chol, grad = exact.mode, exact.chol, exact.grad
     assert mode == pytest.approx(closed_form, abs=1e-4)
-    at = wst.metrics(model, chol)
+    at = wst.metrics(exact)
     spread, curvature = at(mode)
     assert curvature < 1e-6
     assert spread < 0.3  # the rows' sample covariance of 400 rows: within sampling error
     assert np.linalg.norm(chol.T @ grad(mode)) < 1e-3
-    start = pm.blocking.DictToArrayBijection.map(model.initial_point()).data
-    assert np.linalg.norm(chol.T @ grad(start)) > 10.0
+    assert np.linalg.norm(chol.T @ grad(exact.start)) > 10.0
