@@ -27,8 +27,11 @@ release.
 
 Run ``python scripts/warm_start_trace.py --model gamma --datasets 1 --mu 0.22 100``
 (``--quiet``: the warm start's line only; ``--damping L [L ...]``: the warm start's steps
-damped, ``warmstart.scoring.DAMPING``, each value on the same data sets and seeds). Last, one
-``SUMMARY`` line per budget and damping: the median, RMS and largest distance.
+damped, ``warmstart.scoring.DAMPING``, each value on the same data sets and seeds;
+``--variant SPEC [SPEC ...]``: other values of ``warmstart.scoring``'s constants, each
+``NAME=VALUE[,NAME=VALUE]`` or ``package``, e.g. ``_GUESS_SES=inf,_STRETCH_SES=0`` for the
+warm start before the guessed steps' backtrack). Last, one ``SUMMARY`` line per budget,
+damping and variant: the median, RMS and largest distance.
 """
 
 from __future__ import annotations
@@ -171,25 +174,47 @@ def main(argv: list[str] | None = None) -> int:
         help="Levenberg-Marquardt damping of the warm start's steps (warmstart.scoring.DAMPING;"
         " default 0, the package's)",
     )
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        default=["package"],
+        help="warmstart.scoring constants, NAME=VALUE[,NAME=VALUE] or 'package' (default)",
+    )
     args = parser.parse_args(argv)
+    for spec in args.variant:
+        _constants(spec)  # a bad spec fails here, before any run
     logging.getLogger("pymc").setLevel(logging.ERROR)
-    found: dict[tuple[float, float], list[float]] = {}
+    found: dict[tuple[float, float, str], list[float]] = {}
     for index in args.datasets:
         for key, dists in run(args, index).items():
             found.setdefault(key, []).extend(dists)
-    for (mu, damping), dists in found.items():
+    for (mu, damping, variant), dists in found.items():
         d = np.asarray(dists)
         print(
-            f"SUMMARY {args.model} mu {mu:g} damping {damping:g}: {d.size} warm starts, "
+            f"SUMMARY {args.model} mu {mu:g} damping {damping:g} variant {variant}: "
+            f"{d.size} warm starts, "
             f"distance from the mode (sd) median {np.median(d):.2f}, RMS "
             f"{np.sqrt(np.mean(d**2)):.2f}, largest {d.max():.2f}"
         )
     return 0
 
 
-def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[float]]:
+def _constants(spec: str) -> dict[str, float]:
+    """``warmstart.scoring`` constants from ``NAME=VALUE[,NAME=VALUE]`` (``package``: none)."""
+    if spec == "package":
+        return {}
+    out = {}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        if not hasattr(scoring, name) or not value:
+            raise SystemExit(f"--variant: {item!r} is not NAME=VALUE of warmstart.scoring")
+        out[name] = float(value)
+    return out
+
+
+def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float, str], list[float]]:
     """One data set's traces (``main``'s arguments): the warm starts' distances from the
-    exact mode by ``(mu, damping)``."""
+    exact mode by ``(mu, damping, variant)``."""
     model = build(args.model, args.n, index)
     exact = Exact(model)
     mode, chol, grad = exact.mode, exact.chol, exact.grad
@@ -203,11 +228,12 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[
     if args.newton:
         path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(exact))
         print(f"exact Newton with line search, dist per step (sd): {path}")
-    found: dict[tuple[float, float], list[float]] = {}
-    for mu, damping, seed in itertools.product(args.mu, args.damping, range(args.seeds)):
-        with mock.patch.object(scoring, "DAMPING", damping):
+    found: dict[tuple[float, float, str], list[float]] = {}
+    runs = itertools.product(args.mu, args.damping, args.variant, range(args.seeds))
+    for mu, damping, variant, seed in runs:
+        with mock.patch.multiple(scoring, DAMPING=damping, **_constants(variant)):
             seen, warm = trace(model, mu, seed, args.steps)
-        print(f"mu {mu:g} damping {damping:g} seed {seed}:")
+        print(f"mu {mu:g} damping {damping:g} variant {variant} seed {seed}:")
         for k, x in enumerate([] if args.quiet else seen):
             spread, curvature = corr(x)
             line = f"  step {k:2d} dist {dist(x):9.2f} sd, corr {spread:.2f}/{curvature:.2f}"
@@ -218,7 +244,7 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float], list[
                 line += f", cos {cos:+.2f}"
             print(line)
         g_end = float(np.linalg.norm(chol.T @ grad(warm.point)))
-        found.setdefault((mu, damping), []).append(dist(warm.point))
+        found.setdefault((mu, damping, variant), []).append(dist(warm.point))
         print(
             f"  warm start: dist {dist(warm.point):.2f} sd, clips "
             f"{[round(c, 1) for c in warm.clip_history]}, |whitened gradient| {g_end:.3g}",

@@ -134,6 +134,15 @@ _SHORT_KEPT = 0.5
 _SHORT_SES = 5.0
 _STRETCH_GROWTH = 64.0
 _STRETCH_MAX = 1e4
+#: The secant's fall of the slope is taken this many of its noise sds larger (:func:`_stretch`):
+#: a slope that kept 97% of itself along a step, the 3% within the noise of the two releases,
+#: read as a metric 36 times too large; the step stretched 36 times overshot (the suite's
+#: linear regression, data set 0, ``mu = 0.22``, noise seed 1: 58 -> 212 posterior sds, and
+#: the warm start ended 147 sds off). See :data:`_GUESS_SES` for the measurements.
+_STRETCH_SES = 2.0
+#: A guess (a stretched step, or one capped at a grown radius) goes back when its released
+#: slope reversed beyond this many noise sds (:func:`_backtrack`).
+_GUESS_SES = 3.0
 #: Largest move of a transformed coordinate (``log``, ``logodds``, ...: a scale or a bounded
 #: parameter) in one step, in its unconstrained units; a longer Fisher step is scaled down as a
 #: whole. Far from the mode the rows' spread underestimates a scale's curvature: with the scale
@@ -316,17 +325,20 @@ def _short(slopes: tuple[float, float] | None) -> bool:
     return slopes is not None and slopes[0] > _SHORT_KEPT * slopes[1]
 
 
-def _stretch(slopes: tuple[float, float] | None, last: float) -> float:
+def _stretch(slopes: tuple[float, float] | None, last: float, noise: float) -> float:
     """The factor on the next Fisher step from the secant along the last one (which was
     ``last`` times its Fisher step): a step whose slope fell from ``s0`` to ``s1`` used a
     metric ``last / (1 - s1 / s0)`` times the curvature along it (1 for a Newton step on a
-    quadratic). Used only when both slopes are significant (:func:`_slopes`) and, unless
-    already stretching (``last > 1``), the step fell short (:func:`_short`); at most
+    quadratic). The fall ``s0 - s1`` is taken :data:`_STRETCH_SES` of its noise sds larger
+    (``noise``, the slope's noise sd; two independent releases), so the factor is not larger
+    than the releases show. Used only when both slopes are significant (:func:`_slopes`) and,
+    unless already stretching (``last > 1``), the step fell short (:func:`_short`); at most
     :data:`_STRETCH_GROWTH` times ``last`` and :data:`_STRETCH_MAX` in all, never below 1;
     otherwise 1."""
     if slopes is None or not (last > 1.0 or _short(slopes)):
         return 1.0
-    kept = min(slopes[0] / slopes[1], 1.0 - 1.0 / _STRETCH_GROWTH)
+    kept = (slopes[0] - _STRETCH_SES * math.sqrt(2.0) * noise) / slopes[1]
+    kept = min(kept, 1.0 - 1.0 / _STRETCH_GROWTH)
     return min(max(last / (1.0 - kept), 1.0), _STRETCH_MAX)
 
 
@@ -337,6 +349,26 @@ def _overshot(
     noise sds (``noise_dir``: the release noise's sd times the step's whitened image)."""
     slope = float(ascent @ step)
     return slope < -(abs(last_slope) + 3.0 * float(np.linalg.norm(noise_dir)))
+
+
+def _backtrack(
+    ascent: np.ndarray, step: np.ndarray, last_slope: float, noise_dir: np.ndarray, guess: bool
+) -> float | None:
+    """The share of the last step to go back to, or None to keep it (releases only).
+
+    A step that overshot (:func:`_overshot`) goes back to a quarter of itself. A step that
+    was a guess (``guess``: stretched by :func:`_stretch`, or capped at a grown radius) also
+    goes back when its slope reversed beyond :data:`_GUESS_SES` noise sds (``noise_dir``, as
+    :func:`_overshot`'s), to the secant's zero of the slope along it, ``s0 / (s0 - s1)``, at
+    most a half: the clipped slopes understate a far point's (its rows clipped), so the
+    reversal of a guess that went much too far can stay within the last slope, which
+    :func:`_overshot` asks for."""
+    if _overshot(ascent, step, last_slope, noise_dir):
+        return 0.25
+    slope = float(ascent @ step)
+    if guess and last_slope > 0.0 and slope < -_GUESS_SES * float(np.linalg.norm(noise_dir)):
+        return min(last_slope / (last_slope - slope), 0.5)
+    return None
 
 
 def settled_clip(d: int, target: float = _AUTO_CLIP_TAIL) -> float:
@@ -582,12 +614,17 @@ def fisher_scoring(
             clips.append(c_grad)
         prior_grad, prior_hess = prior(x)
         ascent = new_chol @ released_sum + prior_grad
-        if step is not None and _overshot(ascent, step, last_slope, sd * new_chol.T @ step):
+        # The last step was a guess: stretched, or capped at a grown radius.
+        guess = stretch > 1.0 or capped and radius > _SCALE_STEP
+        noise_dir = None if step is None else sd * new_chol.T @ step
+        back = None if step is None else _backtrack(ascent, step, last_slope, noise_dir, guess)
+        if back is not None:
             # The released slope along the last step reversed beyond its noise: the step
             # overshot (the metric, the rows' spread, underestimates the curvature far from
-            # the mode, e.g. of a scale parameter). Go back to a quarter of it; this point's
-            # releases only told us so (the metric keeps its last value).
-            step, last_slope = 0.25 * step, 0.25 * last_slope
+            # the mode, e.g. of a scale parameter), or a guess went too far. Go back to a
+            # share of it (:func:`_backtrack`); this point's releases only told us so (the
+            # metric keeps its last value).
+            step, last_slope = back * step, back * last_slope
             x = x_prev + step
             sum_w, sum_wx, sum_wprec = 0.0, np.zeros(d), np.zeros((d, d))  # average anew
             travel, streak, stretch = c_grad, 0, 1.0
@@ -598,12 +635,10 @@ def fisher_scoring(
             # spread, and so the metric, is (mode / scale)^4 times too large). Not while the
             # clip travels (streak), which lengthens far steps by itself.
             # Not after a pilot's step: its metric is inflated on purpose (_PILOT_SAFETY).
-            slopes = (
-                None if step is None else _slopes(ascent, step, last_slope, sd * new_chol.T @ step)
-            )
+            slopes = None if step is None else _slopes(ascent, step, last_slope, noise_dir)
             short = _short(slopes)
             if has_scale and not from_pilot and streak == 0:
-                factor = _stretch(slopes, stretch)
+                factor = _stretch(slopes, stretch, float(np.linalg.norm(noise_dir)))
                 # The first short step only arms it: a lone one is the metric catching up.
                 armed, stretch = factor > 1.0, factor if armed or stretch > 1.0 else 1.0
             else:
