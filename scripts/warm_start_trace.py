@@ -64,10 +64,31 @@ class _Unlimited:
         return True
 
 
+#: The warm start's own hard starts (``tests/test_warmstart_scale.py``'s, on fresh data):
+#: ``heights_far``, ``y ~ N(170, 10)`` with ``mu ~ Normal(0, 100)`` and ``sigma ~
+#: HalfNormal(50)`` (location and scale far); ``small_scale``, ``y ~ N(0, 10)`` with ``m ~
+#: Normal(0, 10)`` and ``s ~ HalfNormal(1)`` (a scale started far too small).
+STARTS = ("heights_far", "small_scale")
+
+
 def build(name: str, n: int, index: int) -> pm.Model:
-    """A model outside the suite (``taylor_forecast_check``) or one of the suite's."""
+    """A model outside the suite (``taylor_forecast_check``), one of :data:`STARTS` (data
+    seed ``[13, start, index]``) or one of the suite's."""
     if name in unseen.MODELS:
         return unseen.build(name, n, index)
+    if name in STARTS:
+        rng = np.random.default_rng([13, STARTS.index(name), index])
+        with pm.Model() as model:
+            if name == "heights_far":
+                loc = pm.Normal("mu", 0.0, 100.0)
+                scale = pm.HalfNormal("sigma", 50.0)
+                y = rng.normal(170.0, 10.0, size=n)
+            else:
+                loc = pm.Normal("m", 0.0, 10.0)
+                scale = pm.HalfNormal("s", 1.0)
+                y = rng.normal(0.0, 10.0, size=n)
+            pm.Normal("y", loc, scale, observed=y)
+        return model
     return ms.build_model(ms.make_dataset(name, n, index))
 
 
@@ -158,7 +179,7 @@ def trace(model: pm.Model, mu: float, seed: int, steps: int | None) -> tuple[lis
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="gamma", choices=ms.MODELS + unseen.MODELS)
+    parser.add_argument("--model", default="gamma", choices=ms.MODELS + unseen.MODELS + STARTS)
     parser.add_argument("--datasets", type=int, nargs="+", default=[1])
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--mu", type=float, nargs="+", default=[0.22, 100.0])

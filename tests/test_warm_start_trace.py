@@ -51,3 +51,24 @@ def test_exact_mode_whitens_the_hessian_and_its_gradient_vanishes() -> None:
     assert spread < 0.3  # the rows' sample covariance of 400 rows: within sampling error
     assert np.linalg.norm(chol.T @ grad(mode)) < 1e-3
     assert np.linalg.norm(chol.T @ grad(exact.start)) > 10.0
+
+
+def test_variants_are_the_scoring_constants_and_a_bad_one_fails() -> None:
+    assert wst._constants("package") == {}
+    assert wst._constants("_GUESS_SES=inf,_STRETCH_SES=0") == {
+        "_GUESS_SES": float("inf"),
+        "_STRETCH_SES": 0.0,
+    }
+    for bad in ("_NO_SUCH=1", "_GUESS_SES", "_GUESS_SES="):
+        with pytest.raises(SystemExit, match="--variant"):
+            wst._constants(bad)
+
+
+def test_the_hard_starts_are_built_on_their_data() -> None:
+    """The two starts of ``tests/test_warmstart_scale.py`` on fresh data: their observed
+    rows' mean and sd are the generators' (170, 10) and (0, 10)."""
+    for name, (mean, sd) in zip(wst.STARTS, [(170.0, 10.0), (0.0, 10.0)], strict=True):
+        model = wst.build(name, 4000, 0)
+        y = model.rvs_to_values[model.observed_RVs[0]].data
+        assert np.mean(y) == pytest.approx(mean, abs=4 * sd / np.sqrt(4000))
+        assert np.std(y) == pytest.approx(sd, rel=0.05)

@@ -493,7 +493,10 @@ def fisher_scoring(
         half its size (beyond noise; not after a pilot, not while travelling) stretch the next
         Fisher step by the secant's factor (:func:`_stretch`: a scale started far too small,
         where the rows' spread overestimates the curvature), until the slopes are noise or a
-        step overshoots; iterates from stretched steps are not averaged.
+        step overshoots; iterates from stretched steps are not averaged. A guessed step
+        (stretched, or capped at a grown radius) whose released slope reversed beyond
+        ``_GUESS_SES`` (3) noise sds goes back to the secant's zero along it
+        (:func:`_backtrack`). Models without a transformed coordinate never guess.
     noise : numpy.random.Generator
     commit : callable
         ``commit(mu)`` charges one release before the data are evaluated (it raises to stop).
