@@ -29,7 +29,7 @@ Run ``python scripts/warm_start_trace.py --model gamma --datasets 1 --mu 0.22 10
 (``--quiet``: the warm start's line only; ``--damping L [L ...]``: the warm start's steps
 damped, ``warmstart.scoring.DAMPING``, each value on the same data sets and seeds;
 ``--variant SPEC [SPEC ...]``: other values of ``warmstart.scoring``'s constants, each
-``NAME=VALUE[,NAME=VALUE]`` or ``package``, e.g. ``_GUESS_SES=inf,_STRETCH_SES=0`` for the
+``NAME=VALUE[,NAME=VALUE]`` or ``package``, e.g. ``_GUESS_SES=inf`` for the
 warm start before the guessed steps' backtrack). Last, one ``SUMMARY`` line per budget,
 damping and variant: the median, RMS and largest distance.
 """

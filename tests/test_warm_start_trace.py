@@ -55,9 +55,9 @@ def test_exact_mode_whitens_the_hessian_and_its_gradient_vanishes() -> None:
 
 def test_variants_are_the_scoring_constants_and_a_bad_one_fails() -> None:
     assert wst._constants("package") == {}
-    assert wst._constants("_GUESS_SES=inf,_STRETCH_SES=0") == {
+    assert wst._constants("_GUESS_SES=inf,_GUESS_REVERSAL=0") == {
         "_GUESS_SES": float("inf"),
-        "_STRETCH_SES": 0.0,
+        "_GUESS_REVERSAL": 0.0,
     }
     for bad in ("_NO_SUCH=1", "_GUESS_SES", "_GUESS_SES="):
         with pytest.raises(SystemExit, match="--variant"):

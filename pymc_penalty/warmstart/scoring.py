@@ -134,15 +134,18 @@ _SHORT_KEPT = 0.5
 _SHORT_SES = 5.0
 _STRETCH_GROWTH = 64.0
 _STRETCH_MAX = 1e4
-#: The secant's fall of the slope is taken this many of its noise sds larger (:func:`_stretch`):
-#: a slope that kept 97% of itself along a step, the 3% within the noise of the two releases,
-#: read as a metric 36 times too large; the step stretched 36 times overshot (the suite's
-#: linear regression, data set 0, ``mu = 0.22``, noise seed 1: 58 -> 212 posterior sds, and
-#: the warm start ended 147 sds off). See :data:`_GUESS_SES` for the measurements.
-_STRETCH_SES = 2.0
 #: A guess (a stretched step, or one capped at a grown radius) goes back when its released
-#: slope reversed beyond this many noise sds (:func:`_backtrack`).
+#: slope reversed beyond this many noise sds and beyond :data:`_GUESS_REVERSAL` of the slope
+#: at its start (:func:`_backtrack`). The case: the suite's linear regression (data set 0,
+#: ``mu = 0.22``, noise seed 1), where a slope that kept 97% of itself along a step (the 3%
+#: within the noise) stretched the next step 36 times; it overshot from 58 to 212 posterior
+#: sds with a reversal of 93% of its slope, within :func:`_overshot`'s bar, and the warm start
+#: ended 147 sds off. Measured (``scripts/warm_start_trace.py``, see docs/benchmarks.md,
+#: eighth session): a bar of 3 noise sds alone went back on the scale starts' useful guesses
+#: (``small_scale`` median 1.43 -> 2.15 sds, ``heights_far`` 0.62 -> 0.92); with half the
+#: slope as well those are bit-identical and the linear case ends 48 sds off.
 _GUESS_SES = 3.0
+_GUESS_REVERSAL = 0.5
 #: Largest move of a transformed coordinate (``log``, ``logodds``, ...: a scale or a bounded
 #: parameter) in one step, in its unconstrained units; a longer Fisher step is scaled down as a
 #: whole. Far from the mode the rows' spread underestimates a scale's curvature: with the scale
@@ -325,20 +328,17 @@ def _short(slopes: tuple[float, float] | None) -> bool:
     return slopes is not None and slopes[0] > _SHORT_KEPT * slopes[1]
 
 
-def _stretch(slopes: tuple[float, float] | None, last: float, noise: float) -> float:
+def _stretch(slopes: tuple[float, float] | None, last: float) -> float:
     """The factor on the next Fisher step from the secant along the last one (which was
     ``last`` times its Fisher step): a step whose slope fell from ``s0`` to ``s1`` used a
     metric ``last / (1 - s1 / s0)`` times the curvature along it (1 for a Newton step on a
-    quadratic). The fall ``s0 - s1`` is taken :data:`_STRETCH_SES` of its noise sds larger
-    (``noise``, the slope's noise sd; two independent releases), so the factor is not larger
-    than the releases show. Used only when both slopes are significant (:func:`_slopes`) and,
-    unless already stretching (``last > 1``), the step fell short (:func:`_short`); at most
+    quadratic). Used only when both slopes are significant (:func:`_slopes`) and, unless
+    already stretching (``last > 1``), the step fell short (:func:`_short`); at most
     :data:`_STRETCH_GROWTH` times ``last`` and :data:`_STRETCH_MAX` in all, never below 1;
     otherwise 1."""
     if slopes is None or not (last > 1.0 or _short(slopes)):
         return 1.0
-    kept = (slopes[0] - _STRETCH_SES * math.sqrt(2.0) * noise) / slopes[1]
-    kept = min(kept, 1.0 - 1.0 / _STRETCH_GROWTH)
+    kept = min(slopes[0] / slopes[1], 1.0 - 1.0 / _STRETCH_GROWTH)
     return min(max(last / (1.0 - kept), 1.0), _STRETCH_MAX)
 
 
@@ -359,14 +359,16 @@ def _backtrack(
     A step that overshot (:func:`_overshot`) goes back to a quarter of itself. A step that
     was a guess (``guess``: stretched by :func:`_stretch`, or capped at a grown radius) also
     goes back when its slope reversed beyond :data:`_GUESS_SES` noise sds (``noise_dir``, as
-    :func:`_overshot`'s), to the secant's zero of the slope along it, ``s0 / (s0 - s1)``, at
-    most a half: the clipped slopes understate a far point's (its rows clipped), so the
-    reversal of a guess that went much too far can stay within the last slope, which
+    :func:`_overshot`'s) and beyond :data:`_GUESS_REVERSAL` of its slope at the start
+    (``last_slope``), to the secant's zero of the slope along it, ``s0 / (s0 - s1)``, at most
+    a half: the clipped slopes understate a far point's (its rows clipped), so the reversal
+    of a guess that went much too far can stay within the last slope, which
     :func:`_overshot` asks for."""
     if _overshot(ascent, step, last_slope, noise_dir):
         return 0.25
     slope = float(ascent @ step)
-    if guess and last_slope > 0.0 and slope < -_GUESS_SES * float(np.linalg.norm(noise_dir)):
+    bar = max(_GUESS_SES * float(np.linalg.norm(noise_dir)), _GUESS_REVERSAL * last_slope)
+    if guess and last_slope > 0.0 and slope < -bar:
         return min(last_slope / (last_slope - slope), 0.5)
     return None
 
@@ -495,7 +497,8 @@ def fisher_scoring(
         where the rows' spread overestimates the curvature), until the slopes are noise or a
         step overshoots; iterates from stretched steps are not averaged. A guessed step
         (stretched, or capped at a grown radius) whose released slope reversed beyond
-        ``_GUESS_SES`` (3) noise sds goes back to the secant's zero along it
+        ``_GUESS_SES`` (3) noise sds and half its slope at the start goes back to the
+        secant's zero along it
         (:func:`_backtrack`). Models without a transformed coordinate never guess.
     noise : numpy.random.Generator
     commit : callable
@@ -641,7 +644,7 @@ def fisher_scoring(
             slopes = None if step is None else _slopes(ascent, step, last_slope, noise_dir)
             short = _short(slopes)
             if has_scale and not from_pilot and streak == 0:
-                factor = _stretch(slopes, stretch, float(np.linalg.norm(noise_dir)))
+                factor = _stretch(slopes, stretch)
                 # The first short step only arms it: a lone one is the metric catching up.
                 armed, stretch = factor > 1.0, factor if armed or stretch > 1.0 else 1.0
             else:
