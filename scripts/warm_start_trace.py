@@ -9,6 +9,8 @@ log prior is evaluated at, one per step):
 - ``dist``: the iterate's distance from the exact mode in the exact posterior's sds (its
   Laplace covariance at the mode, ``exact_laplace`` of
   ``scripts/taylor_start_diagnostics.py``; RMS over coordinates);
+- ``log posterior``: the exact log posterior there less its value at the mode (a step that
+  lowered it went downhill on the model's own posterior);
 - ``corr``: the largest correlation, in the exact posterior's whitening, of the rows' score
   covariance at the iterate (the spread the warm start's metric estimates, from the exact
   per-row gradients) and, after the slash, of the exact log posterior's Hessian there (what
@@ -245,6 +247,7 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float, str], 
         z = np.linalg.solve(chol, x - mode)
         return float(np.sqrt(np.mean(z**2)))
 
+    top = exact.logp(mode)
     print(f"# {args.model} data set {index}, n = {args.n}: exact mode {np.round(mode, 3)}")
     if args.newton:
         path = ", ".join(f"{dist(x):.1f}" for x in exact_newton(exact))
@@ -257,7 +260,10 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float, str], 
         print(f"mu {mu:g} damping {damping:g} variant {variant} seed {seed}:")
         for k, x in enumerate([] if args.quiet else seen):
             spread, curvature = corr(x)
-            line = f"  step {k:2d} dist {dist(x):9.2f} sd, corr {spread:.2f}/{curvature:.2f}"
+            line = (
+                f"  step {k:2d} dist {dist(x):9.2f} sd, log posterior {exact.logp(x) - top:+.1f},"
+                f" corr {spread:.2f}/{curvature:.2f}"
+            )
             if k + 1 < len(seen):
                 step = np.linalg.solve(chol, seen[k + 1] - x)  # in the posterior's whitening
                 g = chol.T @ grad(x)
