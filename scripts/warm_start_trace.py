@@ -19,7 +19,10 @@ log prior is evaluated at, one per step):
 - ``cos``: the cosine between the move to the next iterate and the exact log posterior's
   gradient at this one, in the exact posterior's whitening (negative: the move went
   downhill on the model's own posterior; a step that overshot is taken back in part, so a
-  move is not always the step as proposed).
+  move is not always the step as proposed);
+- ``released``: what the step rules read there (:func:`trace`): the released slope along
+  the step that led here against the slope at its start, whether that step was a guess and
+  the share it went back to, and the stretch set for the next step.
 
 Then the warm start's point (``dist``), its clip history, and the exact gradient's whitened
 norm at its point (0 at the mode). With ``--newton``, first the exact, noise-free Newton
@@ -161,22 +164,48 @@ def exact_newton(exact: Exact, steps: int = 15) -> list[np.ndarray]:
     return out
 
 
-def trace(model: pm.Model, mu: float, seed: int, steps: int | None) -> tuple[list, object]:
-    """The iterates of one warm start (the points its log prior was evaluated at) and its
-    result."""
+def trace(
+    model: pm.Model, mu: float, seed: int, steps: int | None
+) -> tuple[list, object, dict[int, str]]:
+    """The iterates of one warm start (the points its log prior was evaluated at), its
+    result, and per iterate the released figures its step rules read there: the released
+    slope along the step that led to it against the slope at that step's start (``slope``,
+    with the slope's noise sd), whether that step was a guess and the share it went back to
+    (``warmstart.scoring._backtrack``), and the stretch set for the next step
+    (``_stretch``)."""
     seen: list[np.ndarray] = []
-    call = ws.LogPrior.__call__
+    notes: dict[int, list[str]] = {}
+    call, backtrack, stretch = ws.LogPrior.__call__, scoring._backtrack, scoring._stretch
 
     def keep(self, x):
         seen.append(np.array(x, dtype=np.float64))
         return call(self, x)
 
+    def back(ascent, step, last_slope, noise_dir, guess):
+        share = backtrack(ascent, step, last_slope, noise_dir, guess)
+        notes.setdefault(len(seen) - 1, []).append(
+            f"slope {float(ascent @ step):.4g} of {last_slope:.4g} (noise sd "
+            f"{float(np.linalg.norm(noise_dir)):.3g}){', a guess' if guess else ''}"
+            + ("" if share is None else f", back to {share:.2f} of it")
+        )
+        return share
+
+    def stretched(*args):
+        factor = stretch(*args)
+        if factor > 1.0:
+            notes.setdefault(len(seen) - 1, []).append(f"next step stretched {factor:.3g}x")
+        return factor
+
     kw = {} if steps is None else {"steps": steps}
-    with mock.patch.object(ws.LogPrior, "__call__", keep):
+    with (
+        mock.patch.object(ws.LogPrior, "__call__", keep),
+        mock.patch.object(scoring, "_backtrack", back),
+        mock.patch.object(scoring, "_stretch", stretched),
+    ):
         warm = ws.private_warm_start(
             model, mu=mu, ledger=_Unlimited(), noise_rng=np.random.default_rng(seed), **kw
         )
-    return seen, warm
+    return seen, warm, {k: "; ".join(v) for k, v in notes.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +285,7 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float, str], 
     runs = itertools.product(args.mu, args.damping, args.variant, range(args.seeds))
     for mu, damping, variant, seed in runs:
         with mock.patch.multiple(scoring, DAMPING=damping, **_constants(variant)):
-            seen, warm = trace(model, mu, seed, args.steps)
+            seen, warm, notes = trace(model, mu, seed, args.steps)
         print(f"mu {mu:g} damping {damping:g} variant {variant} seed {seed}:")
         for k, x in enumerate([] if args.quiet else seen):
             spread, curvature = corr(x)
@@ -269,6 +298,8 @@ def run(args: argparse.Namespace, index: int) -> dict[tuple[float, float, str], 
                 g = chol.T @ grad(x)
                 cos = float(step @ g / (np.linalg.norm(step) * np.linalg.norm(g) + 1e-300))
                 line += f", cos {cos:+.2f}"
+            if k in notes:
+                line += f"; released: {notes[k]}"
             print(line)
         g_end = float(np.linalg.norm(chol.T @ grad(warm.point)))
         found.setdefault((mu, damping, variant), []).append(dist(warm.point))

@@ -59,7 +59,7 @@ def test_the_linear_warm_start_no_longer_overshoots(monkeypatch: pytest.MonkeyPa
     exact = wst.Exact(model)
 
     def dist() -> float:
-        _, warm = wst.trace(model, 0.22, 1, None)
+        _, warm, _ = wst.trace(model, 0.22, 1, None)
         z = np.linalg.solve(exact.chol, warm.point - exact.mode)
         return float(np.sqrt(np.mean(z**2)))
 

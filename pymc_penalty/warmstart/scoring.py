@@ -139,7 +139,7 @@ _STRETCH_MAX = 1e4
 #: at its start (:func:`_backtrack`). The case: the suite's linear regression (data set 0,
 #: ``mu = 0.22``, noise seed 1), where a slope that kept 97% of itself along a step (the 3%
 #: within the noise) stretched the next step 36 times; it overshot from 58 to 212 posterior
-#: sds with a reversal of 93% of its slope, within :func:`_overshot`'s bar, and the warm start
+#: sds with a reversal of 94% of its slope, within :func:`_overshot`'s bar, and the warm start
 #: ended 147 sds off. Measured (``scripts/warm_start_trace.py``, see docs/benchmarks.md,
 #: eighth session): a bar of 3 noise sds alone went back on the scale starts' useful guesses
 #: (``small_scale`` median 1.43 -> 2.15 sds, ``heights_far`` 0.62 -> 0.92); with half the
