@@ -622,8 +622,10 @@ def fisher_scoring(
         ascent = new_chol @ released_sum + prior_grad
         # The last step was a guess: stretched, or capped at a grown radius.
         guess = stretch > 1.0 or capped and radius > _SCALE_STEP
-        noise_dir = None if step is None else sd * new_chol.T @ step
-        back = None if step is None else _backtrack(ascent, step, last_slope, noise_dir, guess)
+        noise_dir = back = None
+        if step is not None:
+            noise_dir = sd * new_chol.T @ step
+            back = _backtrack(ascent, step, last_slope, noise_dir, guess)
         if back is not None:
             # The released slope along the last step reversed beyond its noise: the step
             # overshot (the metric, the rows' spread, underestimates the curvature far from
