@@ -196,3 +196,31 @@ def test_seeded_noise_asks_pp_sample_for_the_runs_own_noise_stream(monkeypatch):
         assert seen["random_seed"] == 7 and seen["method"] == "taylor"
     assert ms.parse_args(["--seeded-noise"]).seeded_noise
     assert not ms.parse_args([]).seeded_noise
+
+
+def test_target_marks_cover_the_issue_s_ceiling_convergence_and_forecast():
+    cell = {
+        "model": "linear", "n": 10_000, "epsilon": 2.0, "method": "taylor", "datasets": 20,
+        "coverage": 0.9, "coverage_se": 0.02, "sd_ratio": 1.1, "sd_ratio_min": 1.0,
+        "noise_mean": 0.3, "converged": 0.85, "forecast_ratio": 1.5, "forecast_ratio_min": 0.7,
+        "forecast_ratio_max": 2.4, "rms": 0.3,
+    }  # fmt: skip
+    marks = dict(ms.target_marks(cell))
+    assert marks == {"cov": True, "sd": True, "sdmax": True, "conv": True, "fc": True,
+                     "rms<=0.35": True}  # fmt: skip
+    # Each must-fail case flips its own mark only.
+    for key, change in (
+        ("sdmax", {"sd_ratio": 1.3}),
+        ("conv", {"converged": 0.75}),
+        ("fc", {"forecast_ratio": 2.1}),
+        ("fc", {"forecast_ratio": 0.45}),
+    ):
+        changed = dict(ms.target_marks({**cell, **change}))
+        assert {k for k in marks if changed[k] != marks[k]} == {key}, change
+        assert ms.miss_reason({**cell, **change}, key), key
+    # The ceiling applies only where the one-shot noise is below 0.5 sd; convergence only
+    # from epsilon 2 up; the forecast only where the method makes one.
+    assert "sdmax" not in dict(ms.target_marks({**cell, "noise_mean": 0.6, "sd_ratio": 2.0}))
+    assert "conv" not in dict(ms.target_marks({**cell, "epsilon": 1.0, "converged": 0.1}))
+    assert "fc" not in dict(ms.target_marks({**cell, "forecast_ratio": math.nan}))
+    assert ms.miss_reason({**cell, "converged": 0.75}, "conv") == "75% converged"
