@@ -623,11 +623,20 @@ def run_nss(ds: Dataset, epsilon: float, seed: int, quick: bool):
     return {"b": bs + shift_b, "sigma": sigmas}, info
 
 
+def max_r_hat(idata, names: list[str]) -> float:
+    """The largest R-hat of ``names`` in ``idata``'s posterior; infinite where one is not a
+    number (chains that never moved: zero variance), so that it fails every bound."""
+    import arviz as az
+
+    r_hat = float(az.rhat(idata, var_names=names).to_array().max())
+    return r_hat if math.isfinite(r_hat) else math.inf
+
+
 def run_nuts(ds: Dataset, seed: int, quick: bool) -> tuple[dict[str, np.ndarray], float, float]:
     """The reference: NUTS on the same data (quick mode: 300 + 300 steps), with its wall
     time and largest R-hat; run again once (seed + 1, twice the tuning) where that R-hat is
-    above :data:`NUTS_R_HAT`, keeping the run with the smaller."""
-    import arviz as az
+    above :data:`NUTS_R_HAT` or not a number (a chain that never moved: taken as infinite),
+    keeping the run with the smaller."""
     import pymc as pm
 
     model = build_model(ds)
@@ -646,7 +655,7 @@ def run_nuts(ds: Dataset, seed: int, quick: bool) -> tuple[dict[str, np.ndarray]
                 progressbar=False,
                 compute_convergence_checks=False,
             )
-        r_hat = float(az.rhat(idata, var_names=names).to_array().max())
+        r_hat = max_r_hat(idata, names)
         if best is None or r_hat < best[1]:
             best = (_draws(idata, names), r_hat)
         if best[1] <= NUTS_R_HAT:

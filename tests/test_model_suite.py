@@ -224,3 +224,40 @@ def test_target_marks_cover_the_issue_s_ceiling_convergence_and_forecast():
     assert "conv" not in dict(ms.target_marks({**cell, "epsilon": 1.0, "converged": 0.1}))
     assert "fc" not in dict(ms.target_marks({**cell, "forecast_ratio": math.nan}))
     assert ms.miss_reason({**cell, "converged": 0.75}, "conv") == "75% converged"
+
+
+def test_a_reference_whose_chains_never_moved_is_run_again(monkeypatch):
+    """A NaN R-hat (chains that never moved) fails the reference's bound: the n = 1e5
+    logistic data set 16 of the ninth session was scored against such a reference (every
+    private run 23 "sds" off), since ``nan > 1.05`` is false."""
+    import arviz as az
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    ds = ms.make_dataset("linear", 200, 0)
+    names = [v.name for v in ms.build_model(ds).free_RVs]
+
+    def idata(stuck: bool):
+        post = {}
+        for k in names:
+            shape = (2, 1000, *np.shape(ds.truth[k]))
+            post[k] = np.ones(shape) if stuck else rng.normal(size=shape)
+        return az.from_dict(posterior=post)
+
+    assert ms.max_r_hat(idata(True), names) == math.inf
+    assert ms.max_r_hat(idata(False), names) < ms.NUTS_R_HAT
+    runs = iter([idata(True), idata(False)])
+    calls = []
+
+    def fake_sample(**kw):
+        calls.append(kw["tune"])
+        return next(runs)
+
+    monkeypatch.setattr(pm, "sample", fake_sample)
+    draws, _, r_hat = ms.run_nuts(ds, seed=1, quick=True)
+    # Run again with twice the tuning, and the run that moved is kept.
+    assert calls == [300, 600] and r_hat < ms.NUTS_R_HAT
+    assert all(np.std(draws[k]) > 0 for k in names)
+    # Both stuck: the reference fails its bound, so run_grid scores nothing against it.
+    runs = iter([idata(True), idata(True)])
+    assert ms.run_nuts(ds, seed=1, quick=True)[2] > ms.NUTS_R_HAT
