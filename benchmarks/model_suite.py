@@ -624,11 +624,12 @@ def run_nss(ds: Dataset, epsilon: float, seed: int, quick: bool):
 
 
 def max_r_hat(idata, names: list[str]) -> float:
-    """The largest R-hat of ``names`` in ``idata``'s posterior; infinite where one is not a
-    number (chains that never moved: zero variance), so that it fails every bound."""
+    """The largest R-hat of ``names`` in ``idata``'s posterior; infinite where any one is not
+    a number (chains that never moved: zero variance), so that it fails every bound. xarray's
+    ``max`` skips NaN by default, which would hide one stuck parameter behind the others."""
     import arviz as az
 
-    r_hat = float(az.rhat(idata, var_names=names).to_array().max())
+    r_hat = float(az.rhat(idata, var_names=names).to_array().max(skipna=False))
     return r_hat if math.isfinite(r_hat) else math.inf
 
 

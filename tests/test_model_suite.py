@@ -245,6 +245,10 @@ def test_a_reference_whose_chains_never_moved_is_run_again(monkeypatch):
         return az.from_dict(posterior=post)
 
     assert ms.max_r_hat(idata(True), names) == math.inf
+    # One parameter stuck, the others moving: still infinite (xarray's max skips NaN).
+    partly = idata(False)
+    partly.posterior[names[-1]] = partly.posterior[names[-1]] * 0 + 1.0
+    assert ms.max_r_hat(partly, names) == math.inf
     assert ms.max_r_hat(idata(False), names) < ms.NUTS_R_HAT
     runs = iter([idata(True), idata(False)])
     calls = []
